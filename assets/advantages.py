@@ -1,0 +1,53 @@
+"""`advantages`: one scalar per step row and its expansion to one value per completion token."""
+
+
+import dagster as dg
+import pandas as pd
+
+import creditline.advantages
+from assets.partitions import ROUNDS, parse_round_key
+from assets.persist import code_version, log_round, materialized, persist_table, read_artifact
+from creditline.advantages import completion_advantages, compute, params_hash
+from resources import LineageResource, TrackerResource
+
+VERSION = code_version(creditline.advantages)
+
+
+def advantage_table(steps: pd.DataFrame, scores: pd.DataFrame, estimator: str, params: dict) -> pd.DataFrame:
+    """Join steps with their scores on (episode_id, step_idx) and compute the estimator once, from the totals."""
+    joined = steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids"]].merge(
+        scores[["episode_id", "step_idx", "rubric_version", "step_reward", "episode_reward"]],
+        on=["episode_id", "step_idx"], how="inner", validate="one_to_one",
+    )  # fmt: skip
+    if len(joined) != len(steps):
+        raise ValueError(f"scores cover {len(joined)} of {len(steps)} step rows")
+    advantage = compute(estimator, joined, **params)  # (S,)
+    lengths = joined["completion_ids"].map(len).to_numpy()
+    return pd.DataFrame({
+        "episode_id": joined["episode_id"], "group_id": joined["group_id"], "step_idx": joined["step_idx"],
+        "rubric_version": joined["rubric_version"], "estimator": estimator,
+        "params_hash": params_hash(estimator, params), "advantage": advantage, "completion_length": lengths,
+        "completion_advantages": [a.tolist() for a in completion_advantages(advantage, lengths)],
+    })  # fmt: skip
+
+
+@dg.asset(partitions_def=ROUNDS, deps=["steps", "scores"], group_name="round", code_version=VERSION,
+          description="Step-level advantages from the experiment's estimator, expanded per completion token.")
+def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
+    experiment, round_ = parse_round_key(context.partition_key)
+    config = lineage.experiment(experiment)
+    steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
+    scores, scores_record = read_artifact(lineage, experiment, round_, "scores")
+    settings = config.advantages
+    frame = advantage_table(steps, scores, settings.estimator, settings.params)
+    record = persist_table(
+        context, lineage, frame, table="advantages", experiment=experiment, round_=round_,
+        path=lineage.table_path(experiment, round_, "advantages"),
+        meta={"estimator": settings.estimator, "params": settings.params,
+              "params_hash": params_hash(settings.estimator, settings.params)},
+        parents=[(steps_record.content_hash, "computed_from"), (scores_record.content_hash, "computed_from")],
+    )  # fmt: skip
+    metrics = {"abs_mean": float(frame["advantage"].abs().mean()), "nonzero_share": float((frame["advantage"] != 0).mean())}
+    log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "advantages", VERSION, record, metrics)
+    return materialized(record, estimator=settings.estimator, params_hash=params_hash(settings.estimator, settings.params),
+                        **metrics)

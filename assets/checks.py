@@ -1,0 +1,61 @@
+"""Blocking asset checks on every round table, and on the round-to-round parent link.
+
+The assets validate before writing, so a bad table never lands. These checks re-read what was
+stored: the file must still hash to the recorded content hash and pass its schema. They are
+blocking, so a failing check stops the round's downstream assets (no training on a bad table).
+"""
+
+
+import dagster as dg
+
+from assets.partitions import ROUNDS, parse_round_key
+from creditline.lineage_chain import ParentCheckpointError, parent_checkpoint
+from creditline.store import hash_path, read_parquet
+from resources import LineageResource
+from schemas import SCHEMAS, TableValidationError, validate
+
+
+def _stored_table_check(table: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=table, name=f"{table}_stored_and_valid", blocking=True, partitions_def=ROUNDS,
+                    description=f"The stored {table} file matches its recorded hash and passes the {table} schema.")
+    def check(context: dg.AssetCheckExecutionContext, lineage: LineageResource) -> dg.AssetCheckResult:
+        experiment, round_ = parse_round_key(context.partition_key)
+        record = lineage.store().artifact(experiment, round_, table)
+        if record is None:
+            return dg.AssetCheckResult(passed=False, metadata={"problem": "no artifact recorded"})
+        actual = hash_path(record.path)
+        if actual != record.content_hash:
+            return dg.AssetCheckResult(passed=False, metadata={"problem": "hash mismatch", "recorded": record.content_hash,
+                                                               "actual": actual})  # fmt: skip
+        try:
+            validate(SCHEMAS[table], read_parquet(record.path), table)
+        except TableValidationError as exc:
+            return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)[:2000]})
+        return dg.AssetCheckResult(passed=True, metadata={"rows": record.rows, "content_hash": record.content_hash})
+
+    return check
+
+
+@dg.asset_check(asset="steps", blocking=True, partitions_def=ROUNDS,
+                description="The parent checkpoint on disk is still the one these rollouts were generated from.")
+def parent_checkpoint_unchanged(context: dg.AssetCheckExecutionContext, lineage: LineageResource) -> dg.AssetCheckResult:
+    experiment, round_ = parse_round_key(context.partition_key)
+    store = lineage.store()
+    steps = store.artifact(experiment, round_, "steps")
+    if steps is None:
+        return dg.AssetCheckResult(passed=False, metadata={"problem": "no steps recorded"})
+    try:
+        parent = parent_checkpoint(store, experiment, round_)
+    except ParentCheckpointError as exc:
+        return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
+    recorded = steps.meta.get("parent_checkpoint")
+    return dg.AssetCheckResult(
+        passed=recorded == parent.content_hash,
+        metadata={"recorded_parent": str(recorded), "current_parent": parent.content_hash, "parent_path": parent.path},
+    )
+
+
+ROUND_CHECKS = [
+    *[_stored_table_check(t) for t in ("episodes", "steps", "scores", "advantages", "evaluation")],
+    parent_checkpoint_unchanged,
+]

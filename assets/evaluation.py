@@ -1,0 +1,71 @@
+"""`evaluation`: the round's checkpoint played greedily on held-out tasks (round 1 also scores the initial policy)."""
+
+
+import base64
+import os
+from pathlib import Path
+
+import dagster as dg
+
+import creditline.evaluation
+from assets.partitions import ROUNDS, parse_round_key
+from assets.persist import code_version, log_round, materialized, persist_table
+from creditline.envs import make_env
+from creditline.evaluation import evaluate
+from creditline.lineage_chain import verify_checkpoint
+from creditline.plots import success_by_round
+from creditline.policy import load_tokenizer
+from creditline.store import ArtifactRecord, EvaluationRecord
+from resources import EngineResource, LineageResource, TrackerResource
+
+VERSION = code_version(creditline.evaluation)
+
+
+def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, round_: int) -> ArtifactRecord:
+    """Evaluate one checkpoint, write its episode table, record its summary; returns the table's record."""
+    verify_checkpoint(policy)
+    episodes, summary = evaluate(
+        engine.load(policy.path, config.rollouts), load_tokenizer(policy.path),
+        lambda: make_env(config.env.name, **config.env.params), config.name, round_,
+        config.eval.num_tasks, config.rollouts.max_new_tokens,
+    )  # fmt: skip
+    table = episodes[["episode_id", "task_id", "num_steps", "success", "env_return", "stop_reason"]].assign(
+        policy_round=round_
+    )
+    record = persist_table(context, lineage, table, table="evaluation", experiment=config.name, round_=round_,
+                           path=lineage.table_path(config.name, round_, "evaluation"),
+                           parents=[(policy.content_hash, "evaluates")], meta=vars(summary))  # fmt: skip
+    lineage.store().record_evaluation(EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary)))
+    return record
+
+
+@dg.asset(partitions_def=ROUNDS, deps=["checkpoint"], group_name="round", code_version=VERSION, pool="gpu",
+          description="Held-out greedy success rate, return, steps and invalid-action rate of the round's policy.")
+def evaluation(context: dg.AssetExecutionContext, lineage: LineageResource, engine: EngineResource,
+               tracker: TrackerResource):
+    experiment, round_ = parse_round_key(context.partition_key)
+    config = lineage.experiment(experiment)
+    store = lineage.store()
+    if round_ == 1 and not any(e.round == 0 for e in store.evaluations(experiment)):
+        _evaluate_policy(context, lineage, engine, config, store.initial_policy(experiment), 0)  # the baseline
+    policy = store.artifact(experiment, round_, "checkpoint")
+    if policy is None:
+        raise FileNotFoundError(f"{experiment} round {round_}: no checkpoint recorded")
+    record = _evaluate_policy(context, lineage, engine, config, policy, round_)
+    history = [e for e in store.evaluations(experiment) if e.round <= round_]
+    png = success_by_round([e.round for e in history], [e.success_rate for e in history],
+                           [e.mean_return for e in history], f"{experiment}: held-out evaluation")  # fmt: skip
+    plot_path = Path(record.path).with_name("success_by_round.png")
+    partial = plot_path.with_suffix(".png.partial")
+    partial.write_bytes(png)
+    os.replace(partial, plot_path)
+    summary = dict(record.meta)
+    baseline = history[0].success_rate
+    log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "evaluation", VERSION, record,
+              {k: summary[k] for k in ("success_rate", "mean_return", "mean_steps", "invalid_action_rate")},
+              artifacts=[str(plot_path)])  # fmt: skip
+    return materialized(
+        record, success_rate=summary["success_rate"], mean_return=summary["mean_return"],
+        invalid_action_rate=summary["invalid_action_rate"], success_gain_over_initial=summary["success_rate"] - baseline,
+        success_by_round=dg.MetadataValue.md(f"![success by round](data:image/png;base64,{base64.b64encode(png).decode()})"),
+    )  # fmt: skip

@@ -1,0 +1,110 @@
+"""What every round asset does at its boundary: read verified inputs, validate, write, record, report."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+import dagster as dg
+import pandas as pd
+
+from creditline.store import ArtifactRecord, RunRecord, hash_path, read_parquet, write_parquet_atomic
+from resources import LineageResource, TrackerResource
+from schemas import SCHEMAS, validate
+
+
+def code_version(*modules: ModuleType) -> str:
+    """A hash of the source of the core modules (and packages' submodules) an asset runs.
+
+    Editing any of them gives a new code version, so Dagster marks the asset and what depends on it stale.
+    """
+    digest = hashlib.sha256()
+    for module in modules:
+        members = [module]
+        if hasattr(module, "__path__"):  # a package: include every submodule
+            names = sorted(info.name for info in pkgutil.walk_packages(module.__path__, module.__name__ + "."))
+            members += [importlib.import_module(name) for name in names]
+        for member in members:
+            digest.update(inspect.getsource(member).encode())
+    return digest.hexdigest()[:12]
+
+
+def read_artifact(lineage: LineageResource, experiment: str, round_: int, kind: str, variant: str = ""):
+    """A recorded table, re-hashed before use: a file changed since it was recorded is refused."""
+    record = lineage.store().artifact(experiment, round_, kind, variant)
+    if record is None:
+        raise FileNotFoundError(f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded")
+    actual = hash_path(record.path)
+    if actual != record.content_hash:
+        raise ValueError(f"{record.path} changed since it was recorded ({record.content_hash[:12]} → {actual[:12]})")
+    return read_parquet(record.path), record
+
+
+def persist_table(
+    context: dg.AssetExecutionContext | dg.OpExecutionContext,
+    lineage: LineageResource,
+    frame: pd.DataFrame,
+    *,
+    table: str,
+    experiment: str,
+    round_: int,
+    path: Path,
+    kind: str | None = None,
+    variant: str = "",
+    parents: Sequence[tuple[str, str]] = (),
+    meta: dict | None = None,
+) -> ArtifactRecord:
+    """Validate against the table's schema, write atomically, record in lineage (one transaction)."""
+    frame = validate(SCHEMAS[table], frame, table)
+    written = write_parquet_atomic(frame, path)
+    return lineage.store().record_artifact(
+        ArtifactRecord(
+            experiment=experiment,
+            round=round_,
+            kind=kind or table,
+            variant=variant,
+            path=written.path,
+            content_hash=written.content_hash,
+            rows=written.rows,
+            meta=meta or {},
+            dagster_run_id=context.run_id,
+        ),
+        parents,
+    )
+
+
+def record_run(context, lineage: LineageResource, experiment: str, round_: int, asset: str, version: str,
+               mlflow_run_id: str | None, config: dict) -> None:
+    lineage.store().record_run(
+        RunRecord(context.run_id, experiment, round_, asset, mlflow_run_id, version, config)
+    )
+
+
+def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadata) -> dg.MaterializeResult:
+    """The Dagster result: the content hash as data version, plus what a person wants to see."""
+    return dg.MaterializeResult(
+        asset_key=asset_key,
+        data_version=dg.DataVersion(record.content_hash),
+        metadata={"content_hash": record.content_hash, "path": dg.MetadataValue.path(record.path),
+                  **({"rows": record.rows} if record.rows is not None else {}), **metadata},
+    )
+
+
+def log_round(tracker: TrackerResource, lineage: LineageResource, context, experiment: str, round_: int,
+              config: dict, asset: str, version: str, record: ArtifactRecord, metrics: dict[str, float],
+              artifacts: list[str] | None = None) -> str:
+    """Add an asset's metrics and data version to the round's MLflow run and link the run in DuckDB."""
+    run_id = tracker.round_run(experiment, round_, config)
+    tracker.log(
+        run_id,
+        metrics={f"{asset}/{k}": v for k, v in metrics.items()},
+        tags={f"dagster_run_id.{asset}": context.run_id, f"data_version.{asset}": record.content_hash},
+        artifacts=artifacts,
+    )
+    record_run(context, lineage, experiment, round_, asset, version, run_id, config)
+    return run_id

@@ -1,0 +1,32 @@
+"""`scores`: the round's rollouts scored with the experiment's training rubric."""
+
+
+import dagster as dg
+
+import creditline.rubrics
+from assets.partitions import ROUNDS, parse_round_key
+from assets.persist import code_version, log_round, materialized, persist_table, read_artifact
+from creditline.rubrics import get_rubric
+from resources import LineageResource, TrackerResource
+
+VERSION = code_version(creditline.rubrics)
+
+
+@dg.asset(partitions_def=ROUNDS, deps=["episodes", "steps"], group_name="round", code_version=VERSION,
+          description="Per step row: each rubric criterion, the rubric's step reward and episode total.")
+def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
+    experiment, round_ = parse_round_key(context.partition_key)
+    config = lineage.experiment(experiment)
+    episodes, episodes_record = read_artifact(lineage, experiment, round_, "episodes")
+    steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
+    rubric = get_rubric(config.rubric)
+    frame = rubric.score(episodes, steps)
+    record = persist_table(
+        context, lineage, frame, table="scores", experiment=experiment, round_=round_,
+        path=lineage.table_path(experiment, round_, "scores"), meta={"rubric_version": rubric.version},
+        parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
+    )  # fmt: skip
+    episode_reward = frame.drop_duplicates("episode_id")["episode_reward"]
+    metrics = {"episode_reward_mean": float(episode_reward.mean()), "episode_reward_std": float(episode_reward.std())}
+    log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "scores", VERSION, record, metrics)
+    return materialized(record, rubric_version=rubric.version, **metrics)

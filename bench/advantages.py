@@ -1,0 +1,165 @@
+"""Benchmark: vectorised advantage estimators vs the plain-loop references, side by side.
+
+    .venv/bin/python bench/advantages.py [--rows N] [--loop-rows M] [--repeats K]
+
+Input: a pandas DataFrame with string ids, as the pipeline passes it (groups of 8 episodes of
+4..12 steps, mean 8; each group has its own pool of 20 anchor states, 16-hex keys, so anchors
+recur within a group). The timed call is ``compute(name, df, ...)``: validation, factorising the
+string ids, sorting and scattering back are all included. Times are the median of K runs.
+
+The loops (tests/advantages/reference_loops.py: dicts and Python loops, the reference code's
+structure, O(S·H)) run on the first M rows (whole groups); "loop @N" extrapolates their
+per-row time linearly to N rows; verl-agent's own discounted-return loop is O(S²), so the real
+reference is slower still. Peak memory: a fresh subprocess builds the table, resets the
+kernel's peak-RSS counter (/proc/self/clear_refs), runs the estimator once, and reports
+VmHWM after − VmRSS before.
+
+Targets (2 cores, 1M rows): gigpo ≤ 1.0 s, hgpo (H=2) ≤ 2.0 s, ≤ 1 GiB extra memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "advantages")]
+
+from adv_tables import bench_steps  # noqa: E402
+from reference_loops import LOOPS, discounted_returns_loop  # noqa: E402
+
+from creditline.advantages import compute, discounted_returns  # noqa: E402
+from creditline.advantages.registry import resolve  # noqa: E402
+
+# (label, estimator, params, target seconds at 1M rows or None)
+CASES = [
+    ("gigpo mean_std_norm γ=.95", "gigpo", {"mode": "mean_std_norm", "gamma": 0.95}, 1.0),
+    ("hgpo H=2 γ=.95", "hgpo", {"history_length": 2, "gamma": 0.95}, 2.0),
+    ("grpo", "grpo", {}, None),
+    ("reinforce_pp_baseline", "reinforce_pp_baseline", {}, None),
+    ("turn_group a2tgpo", "turn_group", {}, None),
+    ("discounted_returns γ=.95", "discounted_returns", {"gamma": 0.95}, None),
+]
+MEMORY_TARGET_MIB = 1024.0
+
+
+def run_vectorised(name, df, params):
+    if name == "discounted_returns":
+        return discounted_returns(df, params["gamma"])
+    return compute(name, df, **params)
+
+
+def run_loop(name, df, params):
+    if name == "discounted_returns":
+        return discounted_returns_loop(df, params["gamma"])
+    _, full, conv = resolve(name, params)
+    return LOOPS[name](df, conv, **full)
+
+
+def timed(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def whole_groups_prefix(df, n_rows):
+    """The first ~n_rows rows, cut at a group boundary, sorted as the loops expect."""
+    cut = df.group_id.iloc[min(n_rows, len(df)) - 1]
+    end = int((df.group_id == cut).to_numpy().nonzero()[0].max()) + 1
+    return df.iloc[:end].sort_values(["episode_id", "step_idx"], kind="stable").reset_index(drop=True)
+
+
+def status_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def memory_child(name, rows):
+    """Run in a subprocess: print {"peak_delta_mib", "reset"} for one call on a fresh table."""
+    params = next(p for _, n, p, _ in CASES if n == name)
+    df = bench_steps(rows)
+    gc.collect()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+        reset = True
+    except OSError:
+        reset = False
+    before = status_kib("VmRSS")
+    run_vectorised(name, df, params)
+    print(json.dumps({"peak_delta_mib": (status_kib("VmHWM") - before) / 1024, "reset": reset}))
+
+
+def measure_memory(name, rows):
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory-child", name, "--rows", str(rows)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _mib(mem):
+    if mem is None:
+        return ""
+    return format(mem["peak_delta_mib"], ".0f") + ("" if mem["reset"] else "†")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--loop-rows", type=int, default=20_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_child:
+        return memory_child(args.memory_child, args.rows)
+
+    df = bench_steps(args.rows)
+    small = whole_groups_prefix(df, args.loop_rows)
+    n, m = len(df), len(small)
+    print(
+        f"step table: {n:,} rows, {df.episode_id.nunique():,} episodes, {df.group_id.nunique():,} groups, "
+        f"{df.anchor_key.nunique():,} distinct anchors; loops on {m:,} rows; median of {args.repeats} runs"
+    )
+    header = (
+        f"{'estimator':<26} {'vec @' + format(n, ','):>13} {'target':>10} {'vec @' + format(m, ','):>12} "
+        f"{'loop @' + format(m, ','):>13} {'loop/vec':>9} {'loop @' + format(n, ',') + '*':>15} "
+        f"{'ratio @' + format(n, ','):>15} {'peak MiB':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for label, name, params, target in CASES:
+        t_vec = timed(partial(run_vectorised, name, df, params), args.repeats)
+        t_vec_small = timed(partial(run_vectorised, name, small, params), args.repeats)
+        t_loop = timed(partial(run_loop, name, small, params), 1)
+        loop_full = t_loop / m * n
+        mem = measure_memory(name, args.rows) if target is not None else None
+        ok = "" if target is None else ("ok" if t_vec <= target else "MISS")
+        print(
+            f"{label:<26} {t_vec:>12.3f}s {(f'{target:.1f}s ' + ok) if target else '':>10} {t_vec_small:>11.4f}s "
+            f"{t_loop:>12.3f}s {t_loop / t_vec_small:>8.0f}x {loop_full:>14.1f}s {loop_full / t_vec:>14.0f}x "
+            f"{_mib(mem):>9}"
+        )
+    print(
+        f"* loop time per row on {m:,} rows × {n:,} rows (linear extrapolation). "
+        f"Peak MiB = VmHWM − VmRSS around one call in a fresh process (target ≤ {MEMORY_TARGET_MIB:.0f}; † = the peak counter could not be reset, so the "
+        "table build's own peak may hide the call's)."
+    )
+
+
+if __name__ == "__main__":
+    main()

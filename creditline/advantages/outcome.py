@@ -1,0 +1,94 @@
+"""Outcome (episode-reward) estimators: GRPO / Dr.GRPO, RLOO, REINFORCE++-baseline.
+
+Reference: verl ``core_algos.py`` @b178a3c (loop versions), and verl-agent @20bd331's copy
+(``traj_index``, ``compute_mean_std_cross_steps=True``). Every step row of an episode gets the
+episode's advantage. With r_i the episode reward and g its group (group_id):
+
+* GRPO (Shao et al. 2024, arXiv 2402.03300, §4.1.2):  A_i = (r_i − μ_g) / (σ_g + ε)
+* Dr.GRPO (Liu et al. 2025, arXiv 2503.20783):        A_i = r_i − μ_g       (``norm_by_std=False``)
+* RLOO (Ahmadian et al. 2024, arXiv 2402.14740):       A_i = r_i − mean_{j≠i} r_j = n/(n−1)·(r_i − μ_g)
+* REINFORCE++-baseline (Hu 2025, arXiv 2501.03262):    a_i = r_i − μ_g, then batch whitening over
+  tokens: A = (a − m)/sqrt(v + 1e-8), m, v = token-weighted mean and (Bessel-corrected) variance.
+  Each row counts ``completion_length`` tokens; without that column, one token per row.
+
+μ_g, σ_g are taken over one sample per trajectory (``episode_stats="trajectory"``) or over all
+step rows of the group (``"step_rows"``, verl-agent; on one-step episodes both are verl).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .conventions import VERL_OUTCOME, VERL_WHITEN, Conventions
+from .registry import register
+from .segments import group_zscore, leave_one_out, safe_divide
+from .table import StepTable
+
+
+def episode_values(table: StepTable, conv: Conventions) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(values, group codes, per_episode): the samples of the episode-level statistics.
+
+    per_episode=True: values/codes are (E,), one per trajectory; else (S,), one per step row.
+    """
+    if conv.episode_stats == "trajectory":
+        return table.ep_reward, table.ep_group, True
+    assert table.episode_reward is not None
+    return table.episode_reward, table.group, False
+
+
+def to_rows(table: StepTable, values: np.ndarray, per_episode: bool) -> np.ndarray:
+    """Broadcast (E,) episode values to (S,) rows (no-op for row values)."""
+    return values[table.episode] if per_episode else values
+
+
+def episode_advantage(table: StepTable, conv: Conventions, *, scale: bool) -> np.ndarray:
+    """A^E (S,): z-score (scale) or centred (not scale) episode reward within its group."""
+    x, codes, per_episode = episode_values(table, conv)
+    a = group_zscore(
+        x,
+        codes,
+        table.n_groups,
+        ddof=conv.ddof_episode,
+        eps_sigma=conv.eps_sigma,
+        eps_var=conv.eps_var,
+        singleton=conv.episode_singleton,
+        scale=scale,
+    )
+    return to_rows(table, a, per_episode)
+
+
+@register("grpo", verl=VERL_OUTCOME)
+def grpo(table: StepTable, conv: Conventions, *, norm_by_std: bool = True) -> np.ndarray:
+    """GRPO: A = (r − μ_g)/(σ_g + ε); Dr.GRPO with ``norm_by_std=False``: A = r − μ_g. (S,)"""
+    return episode_advantage(table, conv, scale=bool(norm_by_std))
+
+
+@register("rloo", verl=VERL_OUTCOME)
+def rloo(table: StepTable, conv: Conventions) -> np.ndarray:
+    """RLOO: A = n/(n−1)·(r − μ_g); singleton group → r ("raw", verl loop) or 0. (S,)"""
+    x, codes, per_episode = episode_values(table, conv)
+    a = leave_one_out(x, codes, table.n_groups, singleton=conv.episode_singleton)
+    return to_rows(table, a, per_episode)
+
+
+@register("reinforce_pp_baseline", verl=VERL_WHITEN)
+def reinforce_pp_baseline(table: StepTable, conv: Conventions) -> np.ndarray:
+    """REINFORCE++-baseline: a = r − μ_g, then token-weighted batch whitening. (S,)
+
+    Whitening uses ``ddof_episode`` as the Bessel correction on the token count N
+    (verl masked_var: v = mean_tok((a − m)²)·N/(N−1)) and σ = sqrt(v + eps_var) + eps_sigma.
+    """
+    centred = episode_advantage(table, conv, scale=False)  # (S,)
+    tokens = (
+        np.ones(table.n_rows)
+        if table.completion_length is None
+        else table.completion_length.astype(np.float64)
+    )  # (S,)
+    n_tok = float(tokens.sum())
+    if n_tok == 0.0:
+        return np.zeros(table.n_rows)
+    mean = float(np.dot(tokens, centred)) / n_tok
+    dev = centred - mean
+    var = float(np.dot(tokens, dev * dev)) / max(n_tok - conv.ddof_episode, 1.0)
+    sigma = np.sqrt(var + conv.eps_var) + conv.eps_sigma
+    return safe_divide(dev, np.float64(sigma))

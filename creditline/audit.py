@@ -1,0 +1,103 @@
+"""The lineage audit: everything behind a round's checkpoint, back to the initial policy.
+
+Walks the lineage edges from the checkpoint towards the roots and lists every ancestor by round:
+the checkpoint, the advantages (estimator and parameters) and scores (rubric version) it was
+trained on, the rollouts, the parent checkpoint, ... down to round 0. Each artifact is re-hashed,
+so the report says whether the file on disk is still the one recorded; the Dagster and MLflow run
+ids that produced it are listed beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from creditline.store import LineageStore, hash_path
+
+KIND_ORDER = ["checkpoint", "training", "advantages", "scores", "steps", "episodes", "evaluation"]
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    round: int
+    kind: str
+    variant: str
+    content_hash: str
+    path: str
+    on_disk: str
+    """"ok", "changed" or "missing"."""
+    relation: str
+    """How the artifact one step closer to the audited checkpoint was derived from this one."""
+    detail: dict
+    dagster_run_id: str | None
+    mlflow_run_id: str | None
+
+
+@dataclass(frozen=True)
+class LineageReport:
+    experiment: str
+    round: int
+    checkpoint_hash: str
+    entries: list[AuditEntry]
+
+    @property
+    def all_match(self) -> bool:
+        return all(e.on_disk == "ok" for e in self.entries)
+
+    def as_dict(self) -> dict:
+        return {"experiment": self.experiment, "round": self.round, "checkpoint": self.checkpoint_hash,
+                "all_match": self.all_match, "artifacts": [asdict(e) for e in self.entries]}  # fmt: skip
+
+    def as_text(self) -> str:
+        lines = [f"lineage of {self.experiment} round {self.round} checkpoint {self.checkpoint_hash[:12]}"]
+        current = None
+        for e in self.entries:
+            if e.round != current:
+                current = e.round
+                lines.append(f"round {e.round}" + ("  (initial policy)" if e.round == 0 else ""))
+            detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
+            runs = f" dagster={e.dagster_run_id[:8]}" if e.dagster_run_id else ""
+            runs += f" mlflow={e.mlflow_run_id[:8]}" if e.mlflow_run_id else ""
+            name = e.kind + (f"[{e.variant}]" if e.variant else "")
+            lines.append(f"  {name:<20} {e.content_hash[:12]}  {e.on_disk:<7} {e.relation:<16} {detail}{runs}")
+            lines.append(f"  {'':<20} {e.path}")
+        lines.append("all files match their recorded hashes" if self.all_match else "SOME FILES DO NOT MATCH")
+        return "\n".join(lines)
+
+
+def _on_disk(path: str, expected: str) -> str:
+    if not Path(path).exists():
+        return "missing"
+    return "ok" if hash_path(path) == expected else "changed"
+
+
+def _detail(kind: str, meta: dict) -> dict:
+    keys = {"advantages": ["estimator", "params", "params_hash"], "scores": ["rubric_version"],
+            "checkpoint": ["source", "estimator", "rubric"], "steps": ["parent_checkpoint"],
+            "evaluation": ["success_rate"]}.get(kind, [])  # fmt: skip
+    return {k: (meta[k][:12] if k == "parent_checkpoint" else meta[k]) for k in keys if k in meta}
+
+
+def lineage_report(store: LineageStore, experiment: str, round_: int | None = None) -> LineageReport | None:
+    """The audit of round `round_`'s checkpoint (default: the newest round that has one)."""
+    if round_ is None:
+        round_ = store.latest_round(experiment, kind="checkpoint")
+    record = store.artifact(experiment, round_, "checkpoint") if round_ is not None else None
+    if record is None:
+        return None
+    mlflow_ids = {(r.dagster_run_id, r.round): r.mlflow_run_id for r in store.runs(experiment)}
+    entries = []
+    for node in store.lineage_chain(record.content_hash):
+        for artifact in node.artifacts:
+            if artifact.experiment != experiment:
+                continue
+            entries.append(AuditEntry(
+                round=artifact.round, kind=artifact.kind, variant=artifact.variant,
+                content_hash=artifact.content_hash, path=artifact.path,
+                on_disk=_on_disk(artifact.path, artifact.content_hash), relation=node.relation or "audited",
+                detail=_detail(artifact.kind, dict(artifact.meta)), dagster_run_id=artifact.dagster_run_id,
+                mlflow_run_id=mlflow_ids.get((artifact.dagster_run_id, artifact.round)),
+            ))  # fmt: skip
+    rank = {k: i for i, k in enumerate(KIND_ORDER)}
+    entries.sort(key=lambda e: (-e.round, rank.get(e.kind, len(rank)), e.variant))
+    return LineageReport(experiment, round_, record.content_hash, entries)

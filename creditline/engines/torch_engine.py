@@ -1,0 +1,100 @@
+"""`TorchEngine`: batched sampling with a transformers causal LM and its KV cache, on CPU or GPU.
+
+All prompts of a call are decoded together: left-padded into one `(B, L)` batch, one forward pass
+over the prompts fills the KV cache, then one forward pass per new token for the whole batch. Rows
+that have emitted EOS keep being fed padding (masked out) until every row is done or
+`max_new_tokens` is reached. Sampling uses a `torch.Generator` seeded from `SamplingParams.seed`,
+so a call is reproducible without touching global RNG state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from creditline.engines.base import Completion, SamplingParams
+
+
+class TorchEngine:
+    def __init__(self, model: torch.nn.Module, eos_token_id: int, pad_token_id: int, device: str = "cpu"):
+        self.model = model.to(device).eval()
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+        self.device = device
+
+    @classmethod
+    def from_checkpoint(cls, folder: str | Path, device: str = "cpu") -> TorchEngine:
+        from creditline.policy import load_policy
+
+        model, tokenizer = load_policy(folder, device)
+        return cls(model, tokenizer.eos_token_id, tokenizer.pad_token_id, device)
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        if not prompts:
+            return []
+        b = len(prompts)
+        length = max(len(p) for p in prompts)
+        input_ids = torch.full((b, length), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((b, length), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding: the last column is every row's newest token
+            input_ids[row, length - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[row, length - len(prompt) :] = 1
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        generator = torch.Generator(self.device).manual_seed(params.seed)
+
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
+        position = position_ids[:, -1:]  # (B, 1)
+        finished = torch.zeros(b, dtype=torch.bool, device=self.device)
+        tokens, logprobs = [], []  # each (B,) per generated position
+        for _ in range(params.max_new_tokens):
+            token, logprob = _sample(logits, params, generator)
+            token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
+            tokens.append(token)
+            logprobs.append(logprob)
+            finished = finished | (token == self.eos_token_id)
+            if bool(finished.all()) or len(tokens) == params.max_new_tokens:
+                break
+            attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)
+            position = position + 1
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=attention_mask,
+                position_ids=position,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+        return _completions(torch.stack(tokens, 1).cpu(), torch.stack(logprobs, 1).cpu(), self.eos_token_id)
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row from `logits` (B, V); return it and its log-prob (B,), (B,)."""
+    logits = logits.float()
+    if params.temperature <= 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        token = logp.argmax(dim=-1)
+        return token, logp.gather(-1, token[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / params.temperature, dim=-1)  # (B, V)
+    probs = logp.exp()
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p  # keep the smallest nucleus
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return token, logp.gather(-1, token[:, None]).squeeze(-1)
+
+
+def _completions(tokens: torch.Tensor, logprobs: torch.Tensor, eos: int) -> list[Completion]:
+    """Cut each row (T,) after its first EOS."""
+    result = []
+    for row_tokens, row_logprobs in zip(tokens.tolist(), logprobs.tolist(), strict=True):
+        end = row_tokens.index(eos) + 1 if eos in row_tokens else len(row_tokens)
+        reason = "stop" if eos in row_tokens else "length"
+        result.append(Completion(token_ids=row_tokens[:end], logprobs=row_logprobs[:end], finish_reason=reason))
+    return result

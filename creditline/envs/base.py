@@ -1,0 +1,66 @@
+"""The environment protocol: what a rollout needs from a task world.
+
+An environment is a small, deterministic state machine over text. `reset(task, seed)` puts it in
+the task's start state; `step(action)` applies one model completion (already decoded to text) and
+returns the next observation, the step's reward and whether the episode ended.
+
+Every observation carries an `anchor`: a canonical, history-free description of the environment
+state (GiGPO's "anchor observation", arXiv 2505.10978 §3.2). Two steps of the same group with equal
+anchors were taken in the same state, which is what step-level (anchor-group) advantages need. The
+prompt text may contain more than the anchor (a hint, the previous action); the anchor must not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the policy sees at one turn, and the state it stands for."""
+
+    text: str
+    """The prompt text given to the policy for this turn."""
+    anchor: str
+    """Canonical history-free state; equal anchors within a group mean the same state."""
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The result of one `step`."""
+
+    observation: Observation
+    """The next observation (meaningless once `done` or `truncated`)."""
+    reward: float
+    """The environment's reward for this step."""
+    done: bool
+    """The episode ended by the task's own rule (success, or an answer was given)."""
+    truncated: bool
+    """The episode ended because the step limit was reached."""
+    valid_action: bool
+    """False when the completion could not be parsed as an action of this environment."""
+    success: bool = False
+    """True when the episode ended solving the task."""
+    info: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A deterministic text environment. One instance runs one episode at a time."""
+
+    name: str
+    max_steps: int
+
+    def reset(self, task: int, seed: int) -> Observation:
+        """Start task `task`; `seed` drives any randomness inside the episode."""
+        ...
+
+    def step(self, action: str) -> Transition:
+        """Apply one decoded completion."""
+        ...
+
+    @staticmethod
+    def vocabulary() -> list[str]:
+        """Every word that can appear in this environment's prompts or valid actions."""
+        ...

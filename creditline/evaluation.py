@@ -1,0 +1,48 @@
+"""Greedy evaluation on held-out tasks.
+
+Held-out task ids come from `creditline.tasks.eval_task_ids`, disjoint from training ids. Each task is played once with greedy decoding (temperature 0),
+which makes the evaluation of a checkpoint deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from creditline.engines.base import Engine, SamplingParams
+from creditline.envs.base import Environment
+from creditline.rollout import run_episodes
+from creditline.tasks import eval_task_ids
+
+@dataclass(frozen=True)
+class EvaluationSummary:
+    success_rate: float
+    mean_return: float
+    mean_steps: float
+    invalid_action_rate: float
+    episodes: int
+
+
+def evaluate(
+    engine: Engine,
+    tokenizer,
+    env_factory: Callable[[], Environment],
+    experiment: str,
+    round_: int,
+    num_tasks: int,
+    max_new_tokens: int,
+) -> tuple[pd.DataFrame, EvaluationSummary]:
+    """Play every held-out task once, greedily; return the episode table and its summary."""
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
+    tables = run_episodes(engine, tokenizer, env_factory, experiment, round_, eval_task_ids(num_tasks), 1, greedy)
+    episodes, steps = tables.episodes, tables.steps
+    summary = EvaluationSummary(
+        success_rate=float(episodes["success"].mean()),
+        mean_return=float(episodes["env_return"].mean()),
+        mean_steps=float(episodes["num_steps"].mean()),
+        invalid_action_rate=float(1.0 - steps["valid_action"].mean()),
+        episodes=len(episodes),
+    )
+    return episodes, summary

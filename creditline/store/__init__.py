@@ -1,0 +1,53 @@
+"""Storage for the pure core: atomic, content-hashed files and the DuckDB lineage catalog over them.
+
+``files`` writes Parquet, JSON and folders atomically and hashes them; ``lineage`` records which
+artifact came from which. Neither knows about Dagster or MLflow: assets call them.
+"""
+
+from creditline.store.connection import RetryPolicy, is_lock_error
+from creditline.store.errors import ExperimentConfigMismatch, StoreLockedError
+from creditline.store.files import (
+    atomic_directory,
+    canonical_json,
+    config_hash,
+    hash_directory,
+    hash_file,
+    hash_path,
+    read_parquet,
+    write_json_atomic,
+    write_parquet_atomic,
+)
+from creditline.store.lineage import INITIAL_POLICY_KIND, INITIAL_POLICY_VARIANT, LineageStore
+from creditline.store.records import (
+    ArtifactRecord,
+    EvaluationRecord,
+    FileRecord,
+    LineageNode,
+    Problem,
+    RunRecord,
+)
+
+__all__ = [
+    "INITIAL_POLICY_KIND",
+    "INITIAL_POLICY_VARIANT",
+    "ArtifactRecord",
+    "EvaluationRecord",
+    "ExperimentConfigMismatch",
+    "FileRecord",
+    "LineageNode",
+    "LineageStore",
+    "Problem",
+    "RetryPolicy",
+    "RunRecord",
+    "StoreLockedError",
+    "atomic_directory",
+    "canonical_json",
+    "config_hash",
+    "hash_directory",
+    "hash_file",
+    "hash_path",
+    "is_lock_error",
+    "read_parquet",
+    "write_json_atomic",
+    "write_parquet_atomic",
+]

@@ -1,0 +1,79 @@
+"""Short DuckDB connections that wait politely for the file lock.
+
+DuckDB allows one writing process per database file: while a process holds the file open, another
+process's ``connect`` fails with ``IOException: Could not set lock on file ...``. Dagster runs each step
+in its own process, so the store never keeps a connection open: every read or write opens a connection,
+does one transaction, and closes it, which releases the lock within milliseconds. A caller that meets the
+lock retries with exponential backoff (plus jitter, so two waiting writers do not retry in lockstep) for a
+bounded time, then raises ``StoreLockedError`` naming the file. Write-write conflicts between connections
+inside one process (``TransactionException``) are retried the same way: the whole transaction re-runs.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import duckdb
+
+from creditline.store.errors import StoreLockedError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long to wait for a locked database file, and how often to try again."""
+
+    timeout_s: float = 30.0
+    """Total time to keep trying before raising ``StoreLockedError``."""
+    initial_delay_s: float = 0.02
+    """First pause after a failed attempt; doubles after each failure."""
+    max_delay_s: float = 0.5
+    """Ceiling on a single pause, so a lock released late is noticed within half a second."""
+
+
+def is_lock_error(error: BaseException) -> bool:
+    """True for errors that mean "someone else holds the database right now": worth retrying."""
+    if isinstance(error, duckdb.IOException):
+        return "lock" in str(error).lower()
+    return isinstance(error, duckdb.TransactionException) and "conflict" in str(error).lower()
+
+
+def run_transaction(path: str, work: Callable[[duckdb.DuckDBPyConnection], T], policy: RetryPolicy) -> T:
+    """Open ``path``, run ``work`` inside one transaction, commit, close; retry the whole on lock errors.
+
+    ``work`` may run several times, but each failed attempt is rolled back, so it only has to be a
+    function of the database state, not idempotent on its own.
+    """
+    start = time.monotonic()
+    delay = policy.initial_delay_s
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            return _attempt(path, work)
+        except duckdb.Error as error:
+            if not is_lock_error(error):
+                raise
+            waited = time.monotonic() - start
+            if waited >= policy.timeout_s:
+                raise StoreLockedError(path, waited, attempts, error) from error
+            pause = min(delay, policy.max_delay_s, policy.timeout_s - waited)
+            time.sleep(pause * random.uniform(0.5, 1.0))
+            delay *= 2
+
+
+def _attempt(path: str, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+    with duckdb.connect(path) as con:
+        con.begin()
+        try:
+            result = work(con)
+        except BaseException:
+            con.rollback()
+            raise
+        con.commit()
+        return result

@@ -1,0 +1,33 @@
+"""Errors the store raises on purpose, so callers can catch them by name instead of parsing messages."""
+
+from __future__ import annotations
+
+
+class ExperimentConfigMismatch(ValueError):
+    """An experiment name is already registered with a different configuration.
+
+    Results of two configurations must never share a name (their rounds would interleave in lineage),
+    so the user has to pick a new experiment name.
+    """
+
+    def __init__(self, name: str, stored_hash: str, new_hash: str) -> None:
+        self.name = name
+        self.stored_hash = stored_hash
+        self.new_hash = new_hash
+        super().__init__(
+            f"experiment {name!r} is registered with config {stored_hash}, not {new_hash}; "
+            "use a new experiment name for a different configuration"
+        )
+
+
+class StoreLockedError(TimeoutError):
+    """The DuckDB file stayed locked by another writer for longer than the store is willing to wait."""
+
+    def __init__(self, path: str, waited_s: float, attempts: int, last_error: BaseException) -> None:
+        self.path = path
+        self.waited_s = waited_s
+        self.attempts = attempts
+        super().__init__(
+            f"lineage store {path} stayed locked for {waited_s:.1f} s ({attempts} attempts); "
+            f"another process holds it open for writing. Last error: {last_error}"
+        )

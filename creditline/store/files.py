@@ -1,0 +1,212 @@
+"""Atomic writes and content hashes: how artifacts reach the disk.
+
+Two guarantees make lineage trustworthy. First, a reader never sees a half-written file or folder: every
+write goes to a temporary name beside its destination, is fsynced, and is renamed into place (a rename
+within one folder is atomic on POSIX). Second, identity is content: an artifact is named by the sha256 of
+its bytes (or, for a folder, of its sorted (relative path, file hash) pairs), so the hash is independent of
+mtimes and file creation order. Parquet is written with fixed options and no pandas index, so the same
+data gives the same bytes and therefore the same hash, and a re-run that reproduces a table is recognisable
+as unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from creditline.store.records import FileRecord
+
+_CHUNK = 1 << 20
+
+# Fixed writer options: any change here changes every table's hash, so change them deliberately.
+_PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "version": "2.6",
+    "data_page_version": "1.0",
+    "use_dictionary": True,
+    "write_statistics": True,
+    "row_group_size": 1 << 20,
+}
+
+PathLike = str | os.PathLike[str]
+
+
+# --- content hashes ----------------------------------------------------------------------------------
+
+
+def hash_file(path: PathLike) -> str:
+    """sha256 hex of a file's bytes, read in chunks so checkpoints need not fit in memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hash_directory(path: PathLike) -> str:
+    """sha256 over the sorted (relative posix path, file sha256) pairs of every file under ``path``.
+
+    Only names and contents count: mtimes, permissions, creation order and empty folders do not.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise NotADirectoryError(f"not a directory: {root}")
+    pairs = sorted((p.relative_to(root).as_posix(), hash_file(p)) for p in root.rglob("*") if p.is_file())
+    digest = hashlib.sha256()
+    for rel, file_hash in pairs:
+        digest.update(rel.encode("utf-8") + b"\0" + file_hash.encode("ascii") + b"\n")
+    return digest.hexdigest()
+
+
+def hash_path(path: PathLike) -> str:
+    """Content hash of a file or a folder; raises ``FileNotFoundError`` if it is neither."""
+    p = Path(path)
+    if p.is_file():
+        return hash_file(p)
+    if p.is_dir():
+        return hash_directory(p)
+    raise FileNotFoundError(f"no file or directory at {p}")
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and no whitespace: equal values give equal strings (and hashes)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def config_hash(config: Any) -> str:
+    """Short (16 hex) sha256 of a configuration's canonical JSON, to name and compare configs."""
+    return hashlib.sha256(canonical_json(config).encode("utf-8")).hexdigest()[:16]
+
+
+# --- atomic writes -----------------------------------------------------------------------------------
+
+
+def _temp_sibling(path: Path, tag: str) -> Path:
+    """A hidden, unique name in the same folder as ``path`` (same file system, so rename is atomic)."""
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def _fsync_directory(path: Path) -> None:
+    """Persist a rename by syncing the folder entry; best effort where the OS does not allow it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _atomic_file(path: PathLike) -> Iterator[tuple[Path, Any]]:
+    """Yield (temp path, binary handle); on success fsync and rename over ``path``, else delete the temp."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_sibling(final, "tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            yield tmp, fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(final.parent)
+
+
+def _to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
+    if isinstance(frame, pa.Table):
+        return frame
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: PathLike) -> FileRecord:
+    """Write a table as Parquet atomically with deterministic bytes; return its path, hash and size.
+
+    The hash is taken from the temp file before the rename, so it describes exactly the bytes that land.
+    """
+    table = _to_arrow(frame)
+    final = Path(path).absolute()
+    with _atomic_file(final) as (tmp, fh):
+        pq.write_table(table, fh, **_PARQUET_OPTIONS)
+        fh.flush()
+        os.fsync(fh.fileno())
+        content_hash = hash_file(tmp)
+        size = os.fstat(fh.fileno()).st_size
+    return FileRecord(path=str(final), content_hash=content_hash, rows=table.num_rows, bytes=size)
+
+
+def read_parquet(path: PathLike) -> pd.DataFrame:
+    """Read a Parquet file written by ``write_parquet_atomic`` back into pandas."""
+    return pq.read_table(path).to_pandas()
+
+
+def write_json_atomic(obj: Any, path: PathLike) -> str:
+    """Write ``obj`` as sorted, indented JSON atomically; return the file's sha256."""
+    data = (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    with _atomic_file(path) as (_, fh):
+        fh.write(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_directory(final_path: PathLike) -> Iterator[Path]:
+    """Yield a temp folder beside ``final_path``; on success it replaces ``final_path`` in one rename.
+
+    An existing ``final_path`` is moved aside first, the new folder renamed in, then the old one deleted,
+    so a reader sees the old folder or the complete new one, never a partial one. On an exception the temp
+    folder is removed and ``final_path`` is untouched.
+    """
+    final = Path(final_path).absolute()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_sibling(final, "tmp")
+    tmp.mkdir()
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _swap_into_place(tmp, final)
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and folder under ``root`` so the rename never publishes unwritten data."""
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_directory(Path(dirpath))
+
+
+def _swap_into_place(new: Path, final: Path) -> None:
+    """Rename ``new`` to ``final``, replacing an existing folder; restore the old one if the rename fails."""
+    old: Path | None = None
+    if final.exists():
+        old = _temp_sibling(final, "old")
+        os.replace(final, old)
+    try:
+        os.replace(new, final)
+    except BaseException:
+        if old is not None:
+            os.replace(old, final)
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    _fsync_directory(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Wiring only: jobs, sensors and the Definitions that `dagster dev -w workspace.yaml` loads."""

@@ -1,0 +1,182 @@
+"""`creditline`: run rounds through Dagster, report, audit lineage, compute advantages from a file.
+
+    creditline run [--experiment NAME] [--rounds N] [--config FILE]
+    creditline report [--experiment NAME] [--json]
+    creditline lineage [--experiment NAME] [--round R] [--json]
+    creditline verify [--experiment NAME]
+    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet --out OUT.parquet
+
+Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`).
+`--experiment` defaults to the default experiment's name, `--round` to the newest round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from creditline.config import ExperimentConfig, load_config
+from creditline.store import ExperimentConfigMismatch, LineageStore, hash_path
+from resources.lineage import DATA_ROOT_ENV, default_data_root
+
+DEFAULT_EXPERIMENT = ExperimentConfig().name
+
+
+def _store(data_root: str) -> LineageStore:
+    Path(data_root).mkdir(parents=True, exist_ok=True)
+    return LineageStore(Path(data_root) / "lineage.duckdb")
+
+
+def cmd_run(args) -> int:
+    from assets.partitions import ROUNDS, round_key
+    from pipelines.definitions import ROUND_JOB, make_definitions
+    from pipelines.instance import get_instance
+
+    config = load_config(args.config, name=args.experiment)
+    store = _store(args.data_root)
+    try:
+        store.register_experiment(config.name, config.to_dict())
+    except ExperimentConfigMismatch as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rounds = args.rounds or config.rounds
+    instance = get_instance(args.data_root)
+    job = make_definitions(args.data_root).resolve_job_def(ROUND_JOB)
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    done = {e.round for e in store.evaluations(config.name)}
+    print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}")
+    for round_ in range(1, rounds + 1):
+        if round_ in done:
+            continue
+        key = round_key(config.name, round_)
+        if not instance.has_dynamic_partition(ROUNDS.name, key):
+            instance.add_dynamic_partitions(ROUNDS.name, [key])
+        start = time.perf_counter()
+        result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet, raise_on_error=False)
+        if not result.success:
+            failures = [e.message for e in result.all_events if e.is_failure]
+            print(f"round {round_} failed (dagster run {result.run_id}):\n  " + "\n  ".join(failures), file=sys.stderr)
+            return 1
+        latest = {e.round: e for e in store.evaluations(config.name)}
+        print(f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
+              f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
+              f"{time.perf_counter() - start:5.1f} s", flush=True)  # fmt: skip
+    _print_report(store.evaluations(config.name))
+    return 0
+
+
+def _print_report(evaluations) -> None:
+    print(f"{'round':>5}  {'success':>7}  {'return':>7}  {'steps':>6}  {'invalid':>7}  policy")
+    for e in evaluations:
+        print(f"{e.round:>5}  {e.success_rate:>7.2f}  {e.mean_return:>+7.2f}  {e.mean_steps:>6.1f}  "
+              f"{e.invalid_action_rate:>7.3f}  {e.policy_hash[:12]}")
+
+
+def cmd_report(args) -> int:
+    evaluations = _store(args.data_root).evaluations(args.experiment)
+    if not evaluations:
+        print(f"no evaluations for experiment {args.experiment!r} under {args.data_root}", file=sys.stderr)
+        return 1
+    if args.json:
+        rows = [{"round": e.round, "policy": "initial" if e.round == 0 else f"round {e.round}",
+                 "success_rate": e.success_rate, "mean_return": e.mean_return, "mean_steps": e.mean_steps,
+                 "invalid_action_rate": e.invalid_action_rate, "episodes": e.episodes,
+                 "policy_hash": e.policy_hash} for e in evaluations]  # fmt: skip
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_report(evaluations)
+    return 0
+
+
+def cmd_lineage(args) -> int:
+    from creditline.audit import lineage_report
+
+    report = lineage_report(_store(args.data_root), args.experiment, args.round)
+    if report is None:
+        print(f"no checkpoint for experiment {args.experiment!r} round {args.round}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.as_text())
+    return 0 if report.all_match else 1
+
+
+def cmd_verify(args) -> int:
+    problems = _store(args.data_root).verify(args.experiment)
+    for p in problems:
+        print(f"{p.kind:>8}  {p.path}  expected {p.expected_hash[:12]}  actual {(p.actual_hash or '-')[:12]}  {p.detail}")
+    print(f"{len(problems)} problem(s) in experiment {args.experiment!r}")
+    return 1 if problems else 0
+
+
+def _parse_value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def cmd_advantages(args) -> int:
+    from creditline.advantages import compute
+    from creditline.store import read_parquet, write_parquet_atomic
+
+    params = {}
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"error: --param {item!r} is not key=value", file=sys.stderr)
+            return 2
+        params[key] = _parse_value(value)
+    steps = read_parquet(args.steps)
+    try:
+        steps["advantage"] = compute(args.estimator, steps, **params)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    written = write_parquet_atomic(steps, args.out)
+    print(f"wrote {written.rows} rows to {written.path} (sha256 {written.content_hash[:12]})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="creditline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-root", default=None, help=f"default: ${DATA_ROOT_ENV} or ./creditline-data")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help_):
+        p = sub.add_parser(name, help=help_)
+        p.set_defaults(func=func)
+        p.add_argument("--data-root", default=argparse.SUPPRESS)
+        return p
+
+    run = add("run", cmd_run, "run rounds through Dagster")
+    run.add_argument("--experiment", default=None, help=f"experiment name (default {DEFAULT_EXPERIMENT})")
+    run.add_argument("--rounds", type=int, default=None, help="total rounds (default: the config's `rounds`)")
+    run.add_argument("--config", default=None, help="TOML file overriding the default experiment config")
+    for name, func, help_ in [("report", cmd_report, "evaluation per round"),
+                              ("lineage", cmd_lineage, "the chain behind a round's checkpoint"),
+                              ("verify", cmd_verify, "re-hash every recorded artifact")]:  # fmt: skip
+        p = add(name, func, help_)
+        p.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+        p.add_argument("--json", action="store_true")
+        if name == "lineage":
+            p.add_argument("--round", type=int, default=None, help="default: the newest round")
+    adv = add("advantages", cmd_advantages, "compute advantages for a steps Parquet file")
+    adv.add_argument("--estimator", required=True)
+    adv.add_argument("--param", action="append", default=[], help="key=value (JSON values), repeatable")
+    adv.add_argument("--steps", required=True)
+    adv.add_argument("--out", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.data_root = str(Path(args.data_root or default_data_root()).resolve())
+    os.environ[DATA_ROOT_ENV] = args.data_root
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""`EngineResource`: loads the generation engine an experiment asks for, on this deployment's device.
+
+The experiment config chooses the engine kind ("torch" or "vllm") and the device; a deployment can
+override the device (e.g. run the same experiment on `cuda` on a GPU node) without editing the config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from creditline.config import RolloutSettings
+from creditline.engines import Engine, make_engine
+
+
+class EngineResource(dg.ConfigurableResource):
+    device_override: str = ""
+    """Empty: use the experiment's `rollouts.device`."""
+
+    def load(self, checkpoint: str | Path, settings: RolloutSettings) -> Engine:
+        return make_engine(settings.engine, checkpoint, self.device_override or settings.device)

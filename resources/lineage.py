@@ -1,0 +1,60 @@
+"""`LineageResource`: where a round's files live and the DuckDB catalog that records them.
+
+Layout under the data root:
+
+    <data_root>/lineage.duckdb                         the catalog (creditline.store.LineageStore)
+    <data_root>/<experiment>/r000/policy/              the initial policy (built-in, or a copy's path is recorded)
+    <data_root>/<experiment>/rNNN/<table>.parquet      round N's tables
+    <data_root>/<experiment>/rNNN/policy/              round N's checkpoint
+    <data_root>/<experiment>/rNNN/rescore/<version>/   re-scored tables for another rubric version
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from creditline.config import ExperimentConfig, from_dict
+from creditline.store import LineageStore
+
+DATA_ROOT_ENV = "CREDITLINE_DATA_ROOT"
+
+
+def default_data_root() -> str:
+    """`$CREDITLINE_DATA_ROOT`, else `./creditline-data`, as an absolute path."""
+    return str(Path(os.environ.get(DATA_ROOT_ENV, "creditline-data")).resolve())
+
+
+class LineageResource(dg.ConfigurableResource):
+    data_root: str
+
+    @property
+    def root(self) -> Path:
+        return Path(self.data_root)
+
+    def store(self) -> LineageStore:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return LineageStore(self.root / "lineage.duckdb")
+
+    def round_dir(self, experiment: str, round_: int) -> Path:
+        return self.root / experiment / f"r{round_:03d}"
+
+    def table_path(self, experiment: str, round_: int, table: str, rescore_version: str | None = None) -> Path:
+        folder = self.round_dir(experiment, round_)
+        if rescore_version:
+            folder = folder / "rescore" / rescore_version
+        return folder / f"{table}.parquet"
+
+    def checkpoint_dir(self, experiment: str, round_: int) -> Path:
+        return self.round_dir(experiment, round_) / "policy"
+
+    def experiment(self, name: str) -> ExperimentConfig:
+        stored = self.store().experiment_config(name)
+        if stored is None:
+            raise ValueError(
+                f"experiment {name!r} is not registered in {self.root / 'lineage.duckdb'}; "
+                "start it with `creditline run --experiment NAME` (or register its config) first"
+            )
+        return from_dict(stored)

@@ -1,0 +1,169 @@
+"""The data contract as pandera DataFrameModels (see ARCHITECTURE.md, "Data contract").
+
+Ids are explicit columns and nothing relies on row order: uniqueness of (episode_id, step_idx) and
+contiguity of `step_idx` are checked, not assumed. List-valued columns (token ids, log-probs,
+per-token advantages) are object columns whose element lengths are checked against each other.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+STOP_REASONS = ["success", "done", "step_limit"]
+
+
+def _lengths(values: pd.Series) -> np.ndarray:
+    return values.map(len).to_numpy()
+
+
+class EpisodesTable(pa.DataFrameModel):
+    round: Series[int] = pa.Field(ge=0)
+    episode_id: Series[str] = pa.Field(unique=True)
+    group_id: Series[str]
+    task_id: Series[int] = pa.Field(ge=0)
+    sample_idx: Series[int] = pa.Field(ge=0)
+    num_steps: Series[int] = pa.Field(ge=1)
+    success: Series[bool]
+    env_return: Series[float] = pa.Field(nullable=False)
+    stop_reason: Series[str] = pa.Field(isin=STOP_REASONS)
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class StepsTable(pa.DataFrameModel):
+    round: Series[int] = pa.Field(ge=0)
+    episode_id: Series[str]
+    group_id: Series[str]
+    task_id: Series[int] = pa.Field(ge=0)
+    sample_idx: Series[int] = pa.Field(ge=0)
+    step_idx: Series[int] = pa.Field(ge=0)
+    observation: Series[str]
+    action: Series[str]
+    anchor_key: Series[str] = pa.Field(str_matches=r"^[0-9a-f]{16}$")
+    prompt_ids: Series[object]
+    completion_ids: Series[object]
+    completion_logprobs: Series[object]
+    step_reward: Series[float] = pa.Field(nullable=False)
+    valid_action: Series[bool]
+    done: Series[bool]
+    truncated: Series[bool]
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["episode_id", "step_idx"]
+
+    @pa.dataframe_check(error="step_idx must run 0..n-1 within each episode")
+    def contiguous_steps(cls, df: pd.DataFrame) -> pd.Series:
+        size = df.groupby("episode_id")["step_idx"].transform("size")
+        top = df.groupby("episode_id")["step_idx"].transform("max")
+        return top == size - 1
+
+    @pa.dataframe_check(error="completion_logprobs must have one value per completion token")
+    def logprobs_align(cls, df: pd.DataFrame) -> pd.Series:
+        return pd.Series(_lengths(df["completion_logprobs"]) == _lengths(df["completion_ids"]), index=df.index)
+
+    @pa.check("step_reward", error="step_reward must be finite")
+    def finite_reward(cls, values: Series[float]) -> Series[bool]:
+        return pd.Series(np.isfinite(values.to_numpy()), index=values.index)
+
+
+class ScoresTable(pa.DataFrameModel):
+    episode_id: Series[str]
+    group_id: Series[str]
+    step_idx: Series[int] = pa.Field(ge=0)
+    rubric_version: Series[str]
+    step_reward: Series[float]
+    episode_reward: Series[float]
+    criterion: Series[float] = pa.Field(alias=r"^criterion\..+$", regex=True)
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["episode_id", "step_idx", "rubric_version"]
+
+    @pa.check("step_reward", "episode_reward", error="rewards must be finite")
+    def finite(cls, values: Series[float]) -> Series[bool]:
+        return pd.Series(np.isfinite(values.to_numpy()), index=values.index)
+
+    @pa.dataframe_check(error="episode_reward must be the same on every step row of an episode")
+    def episode_constant(cls, df: pd.DataFrame) -> pd.Series:
+        return df.groupby("episode_id")["episode_reward"].transform("nunique") == 1
+
+
+class AdvantagesTable(pa.DataFrameModel):
+    episode_id: Series[str]
+    group_id: Series[str]
+    step_idx: Series[int] = pa.Field(ge=0)
+    rubric_version: Series[str]
+    estimator: Series[str]
+    params_hash: Series[str]
+    advantage: Series[float]
+    completion_length: Series[int] = pa.Field(ge=0)
+    completion_advantages: Series[object]
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["episode_id", "step_idx"]
+
+    @pa.check("advantage", error="advantage must be finite")
+    def finite(cls, values: Series[float]) -> Series[bool]:
+        return pd.Series(np.isfinite(values.to_numpy()), index=values.index)
+
+    @pa.dataframe_check(error="completion_advantages must have one value per completion token")
+    def tokens_align(cls, df: pd.DataFrame) -> pd.Series:
+        return pd.Series(_lengths(df["completion_advantages"]) == df["completion_length"].to_numpy(), index=df.index)
+
+
+class TrainingTable(pa.DataFrameModel):
+    epoch: Series[int] = pa.Field(ge=0)
+    minibatch: Series[int] = pa.Field(ge=0)
+    loss: Series[float]
+    grad_norm: Series[float] = pa.Field(ge=0)
+    entropy: Series[float] = pa.Field(ge=0)
+    tokens: Series[int] = pa.Field(ge=0)
+    rows: Series[int] = pa.Field(ge=1)
+    clip_fraction: Series[float] = pa.Field(ge=0, le=1)
+    approx_kl: Series[float]
+
+    class Config:
+        strict = True
+        coerce = True
+
+    @pa.check("loss", "grad_norm", "approx_kl", error="training metrics must be finite")
+    def finite(cls, values: Series[float]) -> Series[bool]:
+        return pd.Series(np.isfinite(values.to_numpy()), index=values.index)
+
+
+class EvaluationTable(pa.DataFrameModel):
+    policy_round: Series[int] = pa.Field(ge=0)
+    episode_id: Series[str] = pa.Field(unique=True)
+    task_id: Series[int] = pa.Field(ge=0)
+    num_steps: Series[int] = pa.Field(ge=1)
+    success: Series[bool]
+    env_return: Series[float]
+    stop_reason: Series[str] = pa.Field(isin=STOP_REASONS)
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class RescoreComparisonTable(pa.DataFrameModel):
+    round: Series[int] = pa.Field(ge=1)
+    training_rubric: Series[str]
+    rescored_rubric: Series[str]
+    reward_correlation: Series[float] = pa.Field(nullable=True)
+    advantage_rank_correlation: Series[float] = pa.Field(nullable=True)
+    sign_flip_share: Series[float] = pa.Field(ge=0, le=1)
+    steps: Series[int] = pa.Field(ge=1)
+
+    class Config:
+        strict = True
+        coerce = True

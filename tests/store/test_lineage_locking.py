@@ -1,0 +1,87 @@
+"""Another process holding the DuckDB file makes writers wait and retry, then fail naming the file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from creditline.store import ArtifactRecord, LineageStore, RetryPolicy, StoreLockedError, is_lock_error
+
+_HOLDER = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+con.close()
+"""
+
+
+@contextmanager
+def _held_by_another_process(path: str, seconds: float) -> Iterator[subprocess.Popen[str]]:
+    """A child process opens ``path`` for writing and keeps it open for ``seconds``."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, path, str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait(timeout=10)
+
+
+def test_duckdb_raises_a_lock_error_across_processes(tmp_path: Path) -> None:
+    path = str(tmp_path / "l.duckdb")
+    with _held_by_another_process(path, 0.5), pytest.raises(duckdb.IOException) as info:
+        duckdb.connect(path)
+    assert is_lock_error(info.value)
+
+
+def test_write_waits_for_the_other_process_and_succeeds(tmp_path: Path) -> None:
+    store = LineageStore(tmp_path / "l.duckdb")
+    store.register_experiment("exp", {})
+    with _held_by_another_process(store.path, 1.0):
+        start = time.monotonic()
+        store.record_artifact(
+            ArtifactRecord("exp", 0, "episodes", "/d/e.parquet", "h1"), [("policy0", "generated_from")]
+        )
+        waited = time.monotonic() - start
+    assert waited > 0.5  # it went through only after the holder let go
+    assert store.parents("h1") == [("policy0", "generated_from")]
+
+
+def test_exhausted_retries_name_the_file(tmp_path: Path) -> None:
+    store = LineageStore(tmp_path / "l.duckdb", RetryPolicy(timeout_s=0.3))
+    with _held_by_another_process(store.path, 5.0), pytest.raises(StoreLockedError) as info:
+        store.artifacts("exp")
+    assert store.path in str(info.value)
+    assert info.value.attempts > 1
+
+
+_WRITER = """
+import sys
+from creditline.store import ArtifactRecord, LineageStore
+store, worker = LineageStore(sys.argv[1]), sys.argv[2]
+for r in range(5):
+    store.record_artifact(ArtifactRecord("exp", r, "w" + worker, "/d", worker + str(r)), [("root", "from")])
+"""
+
+
+def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
+    store = LineageStore(tmp_path / "l.duckdb")
+    store.record_initial_policy("exp", "/models/tiny", "root")
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, store.path, str(i)], cwd=Path(__file__).parents[2])
+        for i in range(3)
+    ]
+    assert [w.wait(timeout=60) for w in writers] == [0, 0, 0]
+    assert len(store.artifacts("exp")) == 1 + 3 * 5
+    assert store.parents("14") == [("root", "from")]
