@@ -128,7 +128,7 @@ def train(model: torch.nn.Module, batch: PackedBatch, config: TrainConfig, optim
             n_tokens = int(mb_mask.sum())
             entropy_mean = float((entropy.detach() * mb_mask).sum() / max(n_tokens, 1))
             metrics.append(
-                {"epoch": epoch, "minibatch": part, "loss": float(loss), "grad_norm": float(grad_norm),
+                {"epoch": epoch, "minibatch": part, "loss": float(loss.detach()), "grad_norm": float(grad_norm),
                  "entropy": entropy_mean, "tokens": n_tokens, "rows": len(mb_rows), **stats}
             )
     model.eval()

@@ -31,7 +31,8 @@ def validate(schema: type[pa.DataFrameModel], frame: pd.DataFrame, table: str, m
             column = "(whole table)" if table_level else ", ".join(sorted(set(map(str, failures["column"]))))
             rows = failures.drop_duplicates("index")
             shown = "; ".join(
-                _row_label(frame, case.index) + ("" if table_level else f" value {case.failure_case!r}")
+                _row_label(frame, case.index)
+                + ("" if table_level and pd.notna(case.index) else f" value {case.failure_case!r}")
                 for case in rows.head(max_cases).itertuples(index=False)
             )
             more = f"; and {len(rows) - max_cases} more" if len(rows) > max_cases else ""

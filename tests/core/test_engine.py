@@ -1,0 +1,66 @@
+import pytest
+import torch
+
+from creditline.engines import SamplingParams, TorchEngine
+from creditline.engines.torch_engine import _completions
+from creditline.rollout import encode_prompt
+
+
+def make_engine(tiny_policy):
+    model, tokenizer = tiny_policy
+    return TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id), tokenizer
+
+
+def test_same_seed_same_completions_and_different_seed_differs(tiny_policy):
+    engine, tokenizer = make_engine(tiny_policy)
+    prompts = [encode_prompt(tokenizer, "pos 1 2 key 3 4 door 0 0 have no")] * 16
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=3)
+    first, second = engine.generate(prompts, params), engine.generate(prompts, params)
+    assert first == second
+    other = engine.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=4, seed=4))
+    assert [c.token_ids for c in other] != [c.token_ids for c in first]
+
+
+def test_kv_cache_with_left_padding_matches_a_full_forward(tiny_policy):
+    """Sampling log-probs from the cached, left-padded batch equal a plain forward over each sequence."""
+    engine, tokenizer = make_engine(tiny_policy)
+    model = tiny_policy[0]
+    prompts = [encode_prompt(tokenizer, "1 + 2 ="), encode_prompt(tokenizer, "pos 1 2 key 3 4 door 0 0 have no")]
+    completions = engine.generate(prompts, SamplingParams(temperature=0.7, max_new_tokens=5, seed=1))
+    for prompt, completion in zip(prompts, completions, strict=True):
+        ids = torch.tensor([prompt + completion.token_ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0] / 0.7, dim=-1)
+        expected = [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(completion.token_ids)]
+        assert torch.allclose(torch.tensor(completion.logprobs), torch.tensor(expected), atol=1e-4)
+
+
+def test_greedy_picks_the_argmax_and_stops_at_eos(tiny_policy):
+    engine, tokenizer = make_engine(tiny_policy)
+    model = tiny_policy[0]
+    prompt = encode_prompt(tokenizer, "pos 0 0 key 1 1 door 2 2 have no")
+    completion = engine.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=1))[0]
+    with torch.no_grad():
+        expected = int(model(input_ids=torch.tensor([prompt])).logits[0, -1].argmax())
+    assert completion.token_ids == [expected]
+
+
+def test_completions_are_cut_after_the_first_eos():
+    tokens = torch.tensor([[5, 2, 0, 0], [7, 8, 9, 6]])  # EOS = 2; row 0 stops, row 1 runs to the limit
+    logprobs = torch.tensor([[-0.1, -0.2, 0.0, 0.0], [-1.0, -2.0, -3.0, -4.0]])
+    first, second = _completions(tokens, logprobs, eos=2)
+    assert first.token_ids == [5, 2] and first.logprobs == pytest.approx([-0.1, -0.2]) and first.finish_reason == "stop"
+    assert second.token_ids == [7, 8, 9, 6] and second.finish_reason == "length"
+
+
+def test_top_p_keeps_only_the_nucleus(tiny_policy):
+    engine, tokenizer = make_engine(tiny_policy)
+    model = tiny_policy[0]
+    prompt = encode_prompt(tokenizer, "pos 3 3 key 1 0 door 4 2 have yes")
+    with torch.no_grad():
+        probs = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1], dim=-1)
+    order = probs.argsort(descending=True)
+    top_p = float(probs[order[0]] + probs[order[1]]) - 1e-6  # nucleus = the two most likely tokens
+    allowed = {int(order[0]), int(order[1])}
+    completions = engine.generate([prompt] * 200, SamplingParams(temperature=1.0, top_p=top_p, max_new_tokens=1, seed=0))
+    assert {c.token_ids[0] for c in completions} <= allowed

@@ -1,0 +1,150 @@
+"""Two tiny rounds through the real CLI, Dagster instance, DuckDB catalog and MLflow store."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from creditline.store import LineageStore, hash_path
+
+pytestmark = pytest.mark.slow
+TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
+EXPERIMENT = "e2e-maze"
+ROUND_KINDS = {"episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation"}
+
+
+def creditline(data_root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root)}
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    data_root = tmp_path_factory.mktemp("data")
+    result = creditline(data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(TINY))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data_root, result
+
+
+def test_run_prints_progress_and_a_round_table(finished):
+    _, result = finished
+    assert "round   1/2" in result.stdout and "round   2/2" in result.stdout
+    table = result.stdout.splitlines()[-3:]
+    assert [int(line.split()[0]) for line in table] == [0, 1, 2]
+
+
+def test_every_round_records_its_artifacts_with_hashes_matching_disk(finished):
+    data_root, _ = finished
+    store = LineageStore(data_root / "lineage.duckdb")
+    for round_ in (1, 2):
+        records = store.artifacts(EXPERIMENT, round_)
+        assert {r.kind for r in records} == ROUND_KINDS
+        for record in records:
+            assert hash_path(record.path) == record.content_hash
+            assert record.path.startswith(str(data_root / EXPERIMENT / f"r{round_:03d}"))
+    assert store.verify(EXPERIMENT) == []
+
+
+def test_round_two_is_generated_by_round_one_and_round_one_by_the_initial_policy(finished):
+    data_root, _ = finished
+    store = LineageStore(data_root / "lineage.duckdb")
+    initial = store.initial_policy(EXPERIMENT)
+    first, second = (store.artifact(EXPERIMENT, r, "checkpoint") for r in (1, 2))
+    assert (initial.content_hash, "generated_by") in store.parents(store.artifact(EXPERIMENT, 1, "steps").content_hash)
+    assert (first.content_hash, "generated_by") in store.parents(store.artifact(EXPERIMENT, 2, "steps").content_hash)
+    assert store.artifact(EXPERIMENT, 2, "steps").meta["parent_checkpoint"] == first.content_hash
+    assert (first.content_hash, "initialized_from") in store.parents(second.content_hash)
+    assert len({initial.content_hash, first.content_hash, second.content_hash}) == 3
+
+
+def test_mlflow_has_one_run_per_round_with_metrics_tags_and_plot(finished):
+    data_root, _ = finished
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{data_root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.data.tags["creditline.round"] for r in runs) == ["1", "2"]
+    store = LineageStore(data_root / "lineage.duckdb")
+    for run in runs:
+        round_ = int(run.data.tags["creditline.round"])
+        assert "evaluation/success_rate" in run.data.metrics
+        assert run.data.params["advantages.estimator"] == "gigpo"
+        assert run.data.tags["data_version.evaluation"] == store.artifact(EXPERIMENT, round_, "evaluation").content_hash
+        assert "success_by_round.png" in [a.path for a in client.list_artifacts(run.info.run_id)]
+        assert {r.mlflow_run_id for r in store.runs(EXPERIMENT, round_)} == {run.info.run_id}
+
+
+def test_dagster_instance_shows_both_rounds_materialized(finished):
+    data_root, _ = finished
+    os.environ["DAGSTER_HOME"] = str(data_root / "dagster_home")
+    with dg.DagsterInstance.get() as instance:
+        keys = instance.get_materialized_partitions(dg.AssetKey("evaluation"))
+        assert keys == {f"{EXPERIMENT}.r001", f"{EXPERIMENT}.r002"}
+        store = LineageStore(data_root / "lineage.duckdb")
+        for run in store.runs(EXPERIMENT):
+            assert instance.get_run_by_id(run.dagster_run_id) is not None
+        event = instance.get_latest_materialization_event(dg.AssetKey("steps"))
+        assert event.asset_materialization.tags["dagster/data_version"] == store.artifact(EXPERIMENT, 2, "steps").content_hash
+
+
+def test_report_json_lists_the_initial_policy_first(finished):
+    data_root, _ = finished
+    result = creditline(data_root, "report", "--experiment", EXPERIMENT, "--json")
+    rows = json.loads(result.stdout)
+    assert [r["round"] for r in rows] == [0, 1, 2] and rows[0]["policy"] == "initial"
+    assert all(0.0 <= r["success_rate"] <= 1.0 and "mean_return" in r for r in rows)
+
+
+def test_lineage_shows_the_chain_back_to_the_initial_policy(finished):
+    data_root, _ = finished
+    result = creditline(data_root, "lineage", "--experiment", EXPERIMENT, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["round"] == 2 and report["all_match"]
+    kinds = {(a["round"], a["kind"]) for a in report["artifacts"]}
+    for round_ in (1, 2):
+        assert {(round_, k) for k in ("checkpoint", "advantages", "scores", "steps", "episodes")} <= kinds
+    assert (0, "checkpoint") in kinds
+    advantages = next(a for a in report["artifacts"] if a["kind"] == "advantages")
+    assert advantages["detail"]["estimator"] == "gigpo" and advantages["detail"]["params"]["gamma"] == 0.95
+    scores = next(a for a in report["artifacts"] if a["kind"] == "scores")
+    assert scores["detail"]["rubric_version"].startswith("env-")
+    text = creditline(data_root, "lineage", "--experiment", EXPERIMENT).stdout
+    assert "(initial policy)" in text and "all files match" in text
+
+
+def test_running_again_adds_nothing_and_a_changed_config_is_refused(finished, tmp_path):
+    data_root, _ = finished
+    store = LineageStore(data_root / "lineage.duckdb")
+    before = store.artifacts(EXPERIMENT)
+    again = creditline(data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(TINY))
+    assert again.returncode == 0, again.stderr
+    assert store.artifacts(EXPERIMENT) == before
+    changed = tmp_path / "changed.toml"
+    changed.write_text(TINY.read_text().replace("group_size = 4", "group_size = 2"))
+    refused = creditline(data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(changed))
+    assert refused.returncode == 2 and EXPERIMENT in refused.stderr
+    assert store.artifacts(EXPERIMENT) == before
+
+
+def test_verify_names_a_corrupted_artifact_and_fails(finished, tmp_path):
+    data_root, _ = finished
+    store = LineageStore(data_root / "lineage.duckdb")
+    target = Path(store.artifact(EXPERIMENT, 1, "scores").path)
+    original = target.read_bytes()
+    try:
+        target.write_bytes(original[:-10] + b"corrupted!")
+        result = creditline(data_root, "verify", "--experiment", EXPERIMENT)
+        assert result.returncode == 1
+        assert str(target) in result.stdout and "changed" in result.stdout
+        lineage = creditline(data_root, "lineage", "--experiment", EXPERIMENT)
+        assert lineage.returncode == 1 and "SOME FILES DO NOT MATCH" in lineage.stdout
+    finally:
+        target.write_bytes(original)
+    assert creditline(data_root, "verify", "--experiment", EXPERIMENT).returncode == 0

@@ -1,0 +1,64 @@
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from schemas import AdvantagesTable, EpisodesTable, ScoresTable, StepsTable, TableValidationError, validate
+
+
+def steps_frame():
+    return pd.DataFrame({
+        "round": [1, 1, 1], "episode_id": ["e:s0", "e:s0", "e:s1"], "group_id": ["e"] * 3, "task_id": [3] * 3,
+        "sample_idx": [0, 0, 1], "step_idx": [0, 1, 0], "observation": ["o"] * 3, "action": ["up"] * 3,
+        "anchor_key": ["0123456789abcdef"] * 3, "prompt_ids": [[1, 5]] * 3, "completion_ids": [[7], [8], [9]],
+        "completion_logprobs": [[-0.1], [-0.2], [-0.3]], "step_reward": [0.0, 1.0, -0.1],
+        "valid_action": [True] * 3, "done": [False, True, False], "truncated": [False, False, True],
+    })  # fmt: skip
+
+
+def test_a_good_steps_table_passes():
+    assert len(validate(StepsTable, steps_frame(), "steps")) == 3
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda f: f.assign(step_idx=[0, 2, 0]), r"step_idx must run 0\.\.n-1.*row 1 \(episode_id='e:s0', step_idx=2\)"),
+        (lambda f: f.assign(step_reward=[0.0, np.nan, 0.0]), r"column step_reward.*row 1"),
+        (lambda f: f.assign(step_reward=[0.0, np.inf, 0.0]), r"step_reward must be finite.*row 1"),
+        (lambda f: f.assign(completion_logprobs=[[-0.1], [-0.2, -0.3], [-0.3]]), r"one value per completion token.*row 1"),
+        (lambda f: f.assign(anchor_key=["0123456789abcdef", "bad", "0123456789abcdef"]), r"column anchor_key.*row 1"),
+        (lambda f: f.assign(step_idx=[0, 0, 0]), r"step_idx"),
+        (lambda f: f.assign(extra=1), r"extra"),
+    ],
+)
+def test_bad_steps_tables_are_refused_with_table_column_and_row(mutate, expected):
+    with pytest.raises(TableValidationError, match=r"table 'steps'") as error:
+        validate(StepsTable, mutate(steps_frame()), "steps")
+    assert re.search(expected, str(error.value), flags=re.S), str(error.value)
+
+
+def test_episode_ids_are_unique_and_stop_reasons_known():
+    frame = pd.DataFrame({"round": [1, 1], "episode_id": ["a", "a"], "group_id": ["g", "g"], "task_id": [0, 0],
+                          "sample_idx": [0, 1], "num_steps": [1, 2], "success": [True, False],
+                          "env_return": [1.0, 0.0], "stop_reason": ["success", "gave_up"]})  # fmt: skip
+    with pytest.raises(TableValidationError) as error:
+        validate(EpisodesTable, frame, "episodes")
+    assert "episode_id" in str(error.value) and "stop_reason" in str(error.value)
+
+
+def test_scores_need_a_constant_episode_reward_and_criterion_columns_are_floats():
+    frame = pd.DataFrame({"episode_id": ["a", "a"], "group_id": ["g", "g"], "step_idx": [0, 1], "rubric_version": ["r-1"] * 2,
+                          "step_reward": [0.0, 1.0], "episode_reward": [1.0, 2.0], "criterion.env": [1.0, 1.0]})  # fmt: skip
+    with pytest.raises(TableValidationError, match="episode_reward must be the same"):
+        validate(ScoresTable, frame, "scores")
+    assert len(validate(ScoresTable, frame.assign(episode_reward=1.0), "scores")) == 2
+
+
+def test_completion_advantages_must_match_the_completion_length():
+    frame = pd.DataFrame({"episode_id": ["a"], "group_id": ["g"], "step_idx": [0], "rubric_version": ["r"],
+                          "estimator": ["gigpo"], "params_hash": ["h"], "advantage": [0.5], "completion_length": [2],
+                          "completion_advantages": [[0.5]]})  # fmt: skip
+    with pytest.raises(TableValidationError, match="one value per completion token"):
+        validate(AdvantagesTable, frame, "advantages")
