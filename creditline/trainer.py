@@ -4,11 +4,13 @@ For every completion token t of every step row, with ρ_t = π_θ(y_t | x, y_<t)
 ratio between the policy being trained and the sampling distribution that produced the token (the
 engine's log-probs, same temperature), the PPO clipped surrogate (Schulman et al. 2017, Eq. 7) is
 
-    L = − (1 / N_tokens) Σ_t min(ρ_t · A_t, clip(ρ_t, 1 − ε, 1 + ε) · A_t),
+    L = − (1 / N_tokens) Σ_t min(ρ_t · A_t, clip(ρ_t, 1 − ε, 1 + ε) · A_t)  −  β · H̄,
 
 averaged over all completion tokens of the minibatch ("token-level" aggregation, as in DAPO and
 prime-rl, so long completions are not down-weighted). `A_t` is the step's advantage expanded per
-token. Optimiser: AdamW, `epochs` passes over the rows, each split into `minibatches` shuffled parts.
+token. H̄ is the mean entropy of the next-token distributions at completion positions; the bonus
+(β = `entropy_coef`, PPO's c₂ term) keeps a tiny policy from collapsing onto one action before it has
+found the reward. Optimiser: AdamW, `epochs` passes over the rows, each split into `minibatches` shuffled parts.
 
 The trainer returns metrics and the optimiser state; it logs and writes nothing itself.
 """
@@ -30,6 +32,8 @@ class TrainConfig:
     """Optimiser steps per epoch; rows are shuffled into this many parts."""
     clip_eps: float = 0.2
     """PPO clip range ε."""
+    entropy_coef: float = 0.0
+    """Weight β of the entropy bonus −β·H̄ (mean next-token entropy over completion tokens); keeps exploring."""
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     temperature: float = 1.0
@@ -121,15 +125,17 @@ def train(model: torch.nn.Module, batch: PackedBatch, config: TrainConfig, optim
             loss, stats = clipped_pg_loss(
                 logp, batch.old_logprobs[mb_rows, :length], batch.advantages[mb_rows, :length], mb_mask, config.clip_eps
             )
+            n_tokens = int(mb_mask.sum())
+            entropy_mean = (entropy * mb_mask).sum() / max(n_tokens, 1)
+            if config.entropy_coef:
+                loss = loss - config.entropy_coef * entropy_mean
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
-            n_tokens = int(mb_mask.sum())
-            entropy_mean = float((entropy.detach() * mb_mask).sum() / max(n_tokens, 1))
             metrics.append(
                 {"epoch": epoch, "minibatch": part, "loss": float(loss.detach()), "grad_norm": float(grad_norm),
-                 "entropy": entropy_mean, "tokens": n_tokens, "rows": len(mb_rows), **stats}
+                 "entropy": float(entropy_mean.detach()), "tokens": n_tokens, "rows": len(mb_rows), **stats}
             )
     model.eval()
     return metrics, optimizer.state_dict()

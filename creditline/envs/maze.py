@@ -8,8 +8,15 @@ effect. Episodes stop at `max_steps`.
 
 The task id fixes the layout (start, key, door) through a seeded generator, so every sample of a
 group starts from the same state and states recur across the group's trajectories: anchor-state
-grouping (GiGPO) has something to group. The observation is history-free, so it is its own anchor:
-`pos x y key x y door x y have no|yes`.
+grouping (GiGPO) has something to group. The anchor is the history-free state
+`pos x y key x y door x y have no|yes`; the prompt adds the previous action (`last up`, `last none`,
+`last invalid`) when `show_last_action` is on, as in the prototype that learned (learning notes).
+
+`progress_reward` c > 0 adds potential-based shaping (Ng, Harada & Russell 1999, Eq. 2):
+F(s, s') = Φ(s') − Φ(s) with Φ(s) = −c · (Manhattan length of the rest of the task). Shaping of this
+form leaves the optimal policies unchanged, and over an episode it telescopes to c · (distance at the
+start − distance at the end), so it cannot be farmed by walking in circles. It turns the sparse
+success reward into a per-step signal, which is what step-level advantages (GiGPO) exploit.
 
 The reward design follows the measured learning notes (shared/reference/learning-notes.md): the key
 is picked up by walking onto it, there are no `pick`/`open` actions (with them a random policy
@@ -44,7 +51,14 @@ def layout_for_task(task: int, size: int) -> MazeLayout:
 class MazeEnv:
     name = "maze"
 
-    def __init__(self, size: int = 5, max_steps: int = 16, invalid_penalty: float = 0.1):
+    def __init__(
+        self,
+        size: int = 5,
+        max_steps: int = 16,
+        invalid_penalty: float = 0.1,
+        show_last_action: bool = True,
+        progress_reward: float = 0.0,
+    ):
         if size < 2:
             raise ValueError(f"maze size must be at least 2, got {size}")
         if size > 10:
@@ -52,6 +66,9 @@ class MazeEnv:
         self.size = size
         self.max_steps = max_steps
         self.invalid_penalty = invalid_penalty
+        self.show_last_action = show_last_action
+        self.progress_reward = progress_reward
+        self._last_action = "none"
         self._layout: MazeLayout | None = None
         self._pos = (0, 0)
         self._has_key = False
@@ -63,6 +80,7 @@ class MazeEnv:
         self._pos = self._layout.start
         self._has_key = False
         self._steps = 0
+        self._last_action = "none"
         return self._observe()
 
     def step(self, action: str) -> Transition:
@@ -70,6 +88,8 @@ class MazeEnv:
             raise RuntimeError("MazeEnv.step called before reset")
         self._steps += 1
         move = MOVES.get(action.strip())
+        self._last_action = action.strip() if move is not None else "invalid"
+        distance_before = self._remaining_distance()
         reward = 0.0
         if move is None:
             reward -= self.invalid_penalty
@@ -80,6 +100,7 @@ class MazeEnv:
             if self._pos == self._layout.key:
                 self._has_key = True
         success = self._has_key and self._pos == self._layout.door
+        reward += self.progress_reward * (distance_before - self._remaining_distance())
         if success:
             reward += 1.0
         truncated = not success and self._steps >= self.max_steps
@@ -92,12 +113,21 @@ class MazeEnv:
             success=success,
         )
 
+    def _remaining_distance(self) -> int:
+        """Manhattan length of the rest of the task: to the key then the door, or to the door once held."""
+        assert self._layout is not None
+        (px, py), (kx, ky), (dx, dy) = self._pos, self._layout.key, self._layout.door
+        if self._has_key:
+            return abs(px - dx) + abs(py - dy)
+        return abs(px - kx) + abs(py - ky) + abs(kx - dx) + abs(ky - dy)
+
     def _observe(self) -> Observation:
         assert self._layout is not None
         (px, py), (kx, ky), (dx, dy) = self._pos, self._layout.key, self._layout.door
-        text = f"pos {px} {py} key {kx} {ky} door {dx} {dy} have {'yes' if self._has_key else 'no'}"
-        return Observation(text=text, anchor=text)
+        state = f"pos {px} {py} key {kx} {ky} door {dx} {dy} have {'yes' if self._has_key else 'no'}"
+        text = f"{state} last {self._last_action}" if self.show_last_action else state
+        return Observation(text=text, anchor=state)
 
     @staticmethod
     def vocabulary() -> list[str]:
-        return ["pos", "key", "door", "have", "yes", "no", *MOVES, *[str(d) for d in range(10)]]
+        return ["pos", "key", "door", "have", "yes", "no", "last", "none", "invalid", *MOVES, *[str(d) for d in range(10)]]

@@ -20,13 +20,17 @@ def test_maze_layout_is_a_function_of_the_task():
     assert len({layout.start, layout.key, layout.door}) == 3
 
 
-def test_maze_observation_is_history_free_and_equals_anchor():
+def test_maze_anchor_is_history_free():
     env = MazeEnv()
     first = env.reset(11, seed=0)
     again = MazeEnv().reset(11, seed=99)
     assert first == again  # the seed does not change the layout
-    assert first.text == first.anchor
-    assert first.text.startswith("pos ") and first.text.endswith("have no")
+    assert first.text == first.anchor + " last none"  # the prompt adds the previous action; the anchor does not
+    assert first.anchor.startswith("pos ") and first.anchor.endswith("have no")
+    env = MazeEnv()
+    env.reset(11, seed=0)
+    moved = env.step("jump")
+    assert moved.observation.text.endswith("last invalid") and moved.observation.anchor == first.anchor
 
 
 def test_invalid_action_costs_penalty_and_does_not_move():
@@ -35,7 +39,7 @@ def test_invalid_action_costs_penalty_and_does_not_move():
     result = env.step("jump")
     assert result.reward == pytest.approx(-0.1)
     assert not result.valid_action
-    assert result.observation == start
+    assert result.observation.anchor == start.anchor  # same state; only the "last invalid" hint changes
     assert not result.done and not result.truncated
 
 
@@ -100,3 +104,24 @@ def test_unknown_environment_and_parameter_fail_clearly():
         make_env("nope")
     with pytest.raises(ValueError, match="bad parameters for environment 'maze'"):
         make_env("maze", colour="red")
+
+
+def test_progress_shaping_is_potential_based_and_telescopes():
+    env = MazeEnv(size=5, max_steps=50, progress_reward=0.1)
+    env.reset(2, seed=0)
+    layout = env._layout
+    start_distance = env._remaining_distance()
+    toward = walk(env, layout.key)[0]
+    first = env.step(toward)
+    assert first.reward == pytest.approx(0.1)  # one step closer
+    back = {"up": "down", "down": "up", "left": "right", "right": "left"}[toward]
+    assert env.step(back).reward == pytest.approx(-0.1)  # and back again: a loop earns nothing
+    total = 0.0
+    for action in walk(env, layout.key):
+        total += env.step(action).reward
+    for action in walk(env, layout.door):
+        result = env.step(action)
+        total += result.reward
+    assert result.success
+    # shaping telescopes: c · (distance at start − 0), plus the success reward
+    assert total == pytest.approx(0.1 * start_distance + 1.0)

@@ -1,0 +1,54 @@
+# creditline: the handful of verbs. Everything installs itself into .venv on first use.
+#   make run    the default experiment (maze, GiGPO), then its report
+#   make test   the test suite (unit, schema, asset, end-to-end)
+#   make ui     dagster dev on 127.0.0.1:3000 over the same instance `make run` used
+#   make bench  benchmarks that print side-by-side ratios
+#   make lint   ruff check + format check
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DATA_ROOT ?= $(CURDIR)/creditline-data
+UI_PORT ?= 3000
+export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
+
+.PHONY: run test ui bench lint install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch first, pinned to the CPU build this machine has; then the project, constrained so pip never
+# swaps torch for a CUDA build (see constraints.txt).
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(BIN)/creditline run
+	$(BIN)/creditline report
+
+test: install-test
+	$(BIN)/python -m pytest -q
+
+ui: install
+	$(BIN)/python -c "from pipelines.instance import dagster_home; dagster_home('$(DATA_ROOT)')"
+	DAGSTER_HOME=$(DATA_ROOT)/dagster_home $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+
+bench: install-test
+	$(BIN)/python bench/advantages.py
+
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) creditline-data

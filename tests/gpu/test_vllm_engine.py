@@ -1,0 +1,25 @@
+"""The vLLM engine against the torch engine on the same checkpoint (needs CUDA and `creditline[vllm]`)."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def test_vllm_greedy_matches_torch_greedy(tiny_policy_dir):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    pytest.importorskip("vllm")
+    from creditline.engines import SamplingParams, TorchEngine
+    from creditline.engines.vllm_engine import VLLMEngine
+    from creditline.policy import load_tokenizer
+    from creditline.rollout import encode_prompt
+
+    tokenizer = load_tokenizer(tiny_policy_dir)
+    prompts = [encode_prompt(tokenizer, f"pos {x} 1 key 2 3 door 4 0 have no last none") for x in range(5)]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=3)
+    expected = TorchEngine.from_checkpoint(tiny_policy_dir, "cuda").generate(prompts, greedy)
+    actual = VLLMEngine(tiny_policy_dir).generate(prompts, greedy)
+    assert [c.token_ids for c in actual] == [c.token_ids for c in expected]
+    for a, e in zip(actual, expected, strict=True):
+        assert a.logprobs == pytest.approx(e.logprobs, abs=1e-2)

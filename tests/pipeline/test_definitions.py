@@ -1,0 +1,29 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from pipelines.definitions import ROUND_JOB, defs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_definitions_hold_the_round_graph_in_order():
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {"episodes", "steps", "scores", "advantages", "checkpoint", "evaluation"}
+    upstream = {k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys} for k in keys}
+    assert upstream["scores"] == {"episodes", "steps"}
+    assert upstream["advantages"] == {"steps", "scores"}
+    assert upstream["checkpoint"] == {"steps", "advantages"}
+    assert upstream["evaluation"] == {"checkpoint"}
+    for key in keys:
+        assert graph.get(dg.AssetKey(key)).code_version, key
+    assert defs.resolve_job_def(ROUND_JOB) is not None
+
+
+def test_dagster_definitions_validate_passes():
+    result = subprocess.run([str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]

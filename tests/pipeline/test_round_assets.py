@@ -1,0 +1,61 @@
+"""The round assets through Dagster in-process, on an ephemeral instance: data versions, blocking on bad data."""
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from assets import round_key
+from creditline import rubrics
+from creditline.config import from_dict
+from creditline.store import LineageStore
+from pipelines.definitions import ROUND_JOB, make_definitions
+
+TINY = {"rollouts": {"tasks_per_round": 2, "group_size": 3}, "train": {"epochs": 1, "minibatches": 1},
+        "eval": {"num_tasks": 4}}  # fmt: skip
+
+
+def run_round(data_root, name, round_, instance):
+    store = LineageStore(data_root / "lineage.duckdb")
+    store.register_experiment(name, from_dict({**TINY, "name": name}).to_dict())
+    key = round_key(name, round_)
+    instance.add_dynamic_partitions("rounds", [key])
+    job = make_definitions(str(data_root)).resolve_job_def(ROUND_JOB)
+    return job.execute_in_process(instance=instance, partition_key=key, raise_on_error=False), store
+
+
+def test_data_versions_are_the_recorded_content_hashes(tmp_path):
+    with dg.instance_for_test() as instance:
+        result, store = run_round(tmp_path, "assets-ok", 1, instance)
+        assert result.success
+        for asset in ("episodes", "steps", "scores", "advantages", "checkpoint", "evaluation"):
+            event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+            assert event.asset_materialization.tags["dagster/data_version"] == store.artifact("assets-ok", 1, asset).content_hash
+        checks = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        assert len(checks) == 6 and all(e.event_specific_data.passed for e in checks)
+
+
+def test_a_bad_score_table_stops_the_round_before_training(tmp_path, monkeypatch):
+    def broken(steps):
+        values = np.zeros(len(steps))
+        values[1] = np.nan
+        return values
+
+    bad = rubrics.Rubric("env", (rubrics.Criterion("env_reward", broken, "step"),))
+    monkeypatch.setitem(rubrics.RUBRICS, "env", bad)
+    with dg.instance_for_test() as instance:
+        result, store = run_round(tmp_path, "assets-bad", 1, instance)
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure)
+        assert "criterion 'env_reward' gave a non-finite value at steps row 1" in str(failure.event_specific_data.error)
+        kinds = {a.kind for a in store.artifacts("assets-bad", 1)}
+        assert kinds == {"episodes", "steps"}  # nothing after the bad table was written or recorded
+        assert store.artifact("assets-bad", 1, "checkpoint") is None
+        assert not instance.get_latest_materialization_event(dg.AssetKey("checkpoint"))
+
+
+@pytest.mark.parametrize("key", ["maze.r001", "a-b_c.r010"])
+def test_round_keys_round_trip(key):
+    from assets.partitions import parse_round_key
+
+    experiment, round_ = parse_round_key(key)
+    assert round_key(experiment, round_) == key
