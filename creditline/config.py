@@ -27,7 +27,10 @@ EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 class EnvSettings:
     name: str = "maze"
     """A registered environment (`creditline.envs.ENVIRONMENTS`)."""
-    params: dict[str, Any] = field(default_factory=lambda: {"size": 5, "max_steps": 16, "invalid_penalty": 0.1})
+    params: dict[str, Any] = field(
+        default_factory=lambda: {"size": 5, "max_steps": 16, "invalid_penalty": 0.1, "progress_reward": 0.1,
+                                 "view": "relative"}
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class ExperimentConfig:
     name: str = "maze-gigpo"
     seed: int = 0
     """Seeds the initial policy, the training task draw, sampling and minibatch order."""
-    rounds: int = 30
+    rounds: int = 20
     """The most rounds this experiment runs (the sensor stops there; `creditline run --rounds` may ask fewer)."""
     initial_policy: str = "builtin:tiny"
     """"builtin:tiny" (a random tiny Llama from `seed`) or the path of a local HF checkpoint folder."""
@@ -74,7 +77,7 @@ class ExperimentConfig:
     env: EnvSettings = field(default_factory=EnvSettings)
     rollouts: RolloutSettings = field(default_factory=RolloutSettings)
     advantages: AdvantageSettings = field(default_factory=AdvantageSettings)
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-3, epochs=2, minibatches=8))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-3, epochs=2, minibatches=2))
     eval: EvalSettings = field(default_factory=EvalSettings)
 
     def __post_init__(self):

@@ -4,7 +4,7 @@
     creditline report [--experiment NAME] [--json]
     creditline lineage [--experiment NAME] [--round R] [--json]
     creditline verify [--experiment NAME]
-    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet --out OUT.parquet
+    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out OUT.parquet
 
 Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`).
 `--experiment` defaults to the default experiment's name, `--round` to the newest round.
@@ -130,6 +130,15 @@ def cmd_advantages(args) -> int:
             return 2
         params[key] = _parse_value(value)
     steps = read_parquet(args.steps)
+    if args.scores:  # a rubric's rewards replace the environment's
+        scores = read_parquet(args.scores)[["episode_id", "step_idx", "step_reward", "episode_reward"]]
+        steps = steps.drop(columns=["step_reward", "episode_reward"], errors="ignore").merge(
+            scores, on=["episode_id", "step_idx"], how="left", validate="one_to_one"
+        )
+        print(f"rewards from {args.scores}")
+    elif "episode_reward" not in steps.columns and {"episode_id", "step_reward"} <= set(steps.columns):
+        steps["episode_reward"] = steps.groupby("episode_id")["step_reward"].transform("sum")
+        print("episode_reward = sum of step_reward per episode (no episode_reward column, no --scores)")
     try:
         steps["advantage"] = compute(args.estimator, steps, **params)
     except ValueError as exc:
@@ -167,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--estimator", required=True)
     adv.add_argument("--param", action="append", default=[], help="key=value (JSON values), repeatable")
     adv.add_argument("--steps", required=True)
+    adv.add_argument("--scores", default=None, help="a round's scores.parquet: use its step and episode rewards")
     adv.add_argument("--out", required=True)
     return parser
 

@@ -8,8 +8,12 @@ effect. Episodes stop at `max_steps`.
 
 The task id fixes the layout (start, key, door) through a seeded generator, so every sample of a
 group starts from the same state and states recur across the group's trajectories: anchor-state
-grouping (GiGPO) has something to group. The anchor is the history-free state
-`pos x y key x y door x y have no|yes`; the prompt adds the previous action (`last up`, `last none`,
+grouping (GiGPO) has something to group. The anchor is always the history-free absolute state
+`pos x y key x y door x y have no|yes`. The prompt is either that state (`view="absolute"`) or,
+by default, the egocentric offset to the current target (`view="relative"`: `go key left 2 down 1`,
+then `go door right 0 up 3` once the key is held). A 2-layer policy learning from sparse rewards
+struggles to compare coordinates across prompt positions; the relative view makes the task one of
+reading the right direction word, which it learns in tens of rounds on a CPU. The prompt adds the previous action (`last up`, `last none`,
 `last invalid`) when `show_last_action` is on, as in the prototype that learned (learning notes).
 
 `progress_reward` c > 0 adds potential-based shaping (Ng, Harada & Russell 1999, Eq. 2):
@@ -58,6 +62,7 @@ class MazeEnv:
         invalid_penalty: float = 0.1,
         show_last_action: bool = True,
         progress_reward: float = 0.0,
+        view: str = "relative",
     ):
         if size < 2:
             raise ValueError(f"maze size must be at least 2, got {size}")
@@ -68,6 +73,9 @@ class MazeEnv:
         self.invalid_penalty = invalid_penalty
         self.show_last_action = show_last_action
         self.progress_reward = progress_reward
+        if view not in ("relative", "absolute"):
+            raise ValueError(f"maze view must be 'relative' or 'absolute', got {view!r}")
+        self.view = view
         self._last_action = "none"
         self._layout: MazeLayout | None = None
         self._pos = (0, 0)
@@ -125,9 +133,17 @@ class MazeEnv:
         assert self._layout is not None
         (px, py), (kx, ky), (dx, dy) = self._pos, self._layout.key, self._layout.door
         state = f"pos {px} {py} key {kx} {ky} door {dx} {dy} have {'yes' if self._has_key else 'no'}"
-        text = f"{state} last {self._last_action}" if self.show_last_action else state
+        if self.view == "relative":
+            target, (tx, ty) = ("door", (dx, dy)) if self._has_key else ("key", (kx, ky))
+            horizontal = f"left {px - tx}" if tx < px else f"right {tx - px}"
+            vertical = f"up {py - ty}" if ty < py else f"down {ty - py}"
+            text = f"go {target} {horizontal} {vertical}"
+        else:
+            text = state
+        if self.show_last_action:
+            text = f"{text} last {self._last_action}"
         return Observation(text=text, anchor=state)
 
     @staticmethod
     def vocabulary() -> list[str]:
-        return ["pos", "key", "door", "have", "yes", "no", "last", "none", "invalid", *MOVES, *[str(d) for d in range(10)]]
+        return ["pos", "key", "door", "have", "yes", "no", "go", "last", "none", "invalid", *MOVES, *[str(d) for d in range(10)]]

@@ -25,8 +25,10 @@ def test_maze_anchor_is_history_free():
     first = env.reset(11, seed=0)
     again = MazeEnv().reset(11, seed=99)
     assert first == again  # the seed does not change the layout
-    assert first.text == first.anchor + " last none"  # the prompt adds the previous action; the anchor does not
+    assert first.text.startswith("go key ") and first.text.endswith(" last none")
     assert first.anchor.startswith("pos ") and first.anchor.endswith("have no")
+    absolute = MazeEnv(view="absolute").reset(11, seed=0)
+    assert absolute.text == absolute.anchor + " last none" and absolute.anchor == first.anchor
     env = MazeEnv()
     env.reset(11, seed=0)
     moved = env.step("jump")
@@ -59,7 +61,7 @@ def test_key_then_door_solves_with_reward_one():
     for action in walk(env, layout.key):
         result = env.step(action)
     assert env._has_key
-    assert "have yes" in result.observation.text
+    assert "have yes" in result.observation.anchor and result.observation.text.startswith("go door")
     for action in walk(env, layout.door):
         result = env.step(action)
     assert result.done and result.success and result.reward == pytest.approx(1.0)
@@ -125,3 +127,13 @@ def test_progress_shaping_is_potential_based_and_telescopes():
     assert result.success
     # shaping telescopes: c · (distance at start − 0), plus the success reward
     assert total == pytest.approx(0.1 * start_distance + 1.0)
+
+
+def test_relative_view_points_at_the_current_target():
+    env = MazeEnv(size=5, max_steps=50)
+    env.reset(2, seed=0)
+    env._pos, env._has_key = (1, 3), False
+    env._layout = type(env._layout)(start=(1, 3), key=(4, 1), door=(0, 0))
+    assert env._observe().text == "go key right 3 up 2 last none"
+    env._has_key = True
+    assert env._observe().text.startswith("go door left 1 up 3")

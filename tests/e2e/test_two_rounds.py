@@ -148,3 +148,31 @@ def test_verify_names_a_corrupted_artifact_and_fails(finished, tmp_path):
     finally:
         target.write_bytes(original)
     assert creditline(data_root, "verify", "--experiment", EXPERIMENT).returncode == 0
+
+
+def test_advantages_command_on_a_finished_rounds_files(finished, tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from creditline.advantages import compute
+
+    data_root, _ = finished
+    store = LineageStore(data_root / "lineage.duckdb")
+    steps, scores = (store.artifact(EXPERIMENT, 2, k).path for k in ("steps", "scores"))
+    out = tmp_path / "adv.parquet"
+    result = creditline(data_root, "advantages", "--estimator", "hgpo", "--param", "history_length=1",
+                        "--param", "mode=\"mean_norm\"", "--steps", steps, "--scores", scores, "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    table = pd.read_parquet(out)
+    assert len(table) == store.artifact(EXPERIMENT, 2, "steps").rows and "advantage" in table.columns
+    expected = compute("hgpo", table, history_length=1, mode="mean_norm")
+    assert np.allclose(table["advantage"], expected)
+    # the same estimator as training reproduces the round's own advantages table
+    gigpo = tmp_path / "gigpo.parquet"
+    assert creditline(data_root, "advantages", "--estimator", "gigpo", "--param", "gamma=0.95", "--steps", steps,
+                      "--scores", scores, "--out", str(gigpo)).returncode == 0  # fmt: skip
+    recorded = pd.read_parquet(store.artifact(EXPERIMENT, 2, "advantages").path)
+    merged = pd.read_parquet(gigpo).merge(recorded, on=["episode_id", "step_idx"], suffixes=("", "_recorded"))
+    assert np.allclose(merged["advantage"], merged["advantage_recorded"])
+    bad = creditline(data_root, "advantages", "--estimator", "nope", "--steps", steps, "--out", str(tmp_path / "x.parquet"))
+    assert bad.returncode == 2 and "nope" in bad.stderr
