@@ -1,13 +1,24 @@
-"""Dagster assets of one round: rollouts (episodes, steps) → scores → advantages → checkpoint → evaluation."""
+"""Dagster assets: a round (episodes, steps → scores → advantages → checkpoint → evaluation) and the re-score branch."""
 
-from assets.advantages import advantages
-from assets.checkpoint import checkpoint
-from assets.checks import ROUND_CHECKS
-from assets.evaluation import evaluation
-from assets.partitions import ROUNDS, parse_round_key, round_key
-from assets.rollouts import rollouts
-from assets.scores import scores
+import warnings
+
+import dagster as dg
+from transformers.utils import logging as transformers_logging
+
+# Partitioned asset checks are marked "preview" in Dagster 1.13; we rely on them knowingly.
+warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+transformers_logging.disable_progress_bar()  # no "Loading weights" bars in every run's log
+
+from assets.advantages import advantages  # noqa: E402
+from assets.checkpoint import checkpoint  # noqa: E402
+from assets.checks import ROUND_CHECKS  # noqa: E402
+from assets.evaluation import evaluation  # noqa: E402
+from assets.partitions import ROUNDS, parse_round_key, round_key  # noqa: E402
+from assets.rescore import RESCORE, rescored_advantages, rescored_scores  # noqa: E402
+from assets.rollouts import rollouts  # noqa: E402
+from assets.scores import scores  # noqa: E402
 
 ROUND_ASSETS = [rollouts, scores, advantages, checkpoint, evaluation]
+RESCORE_ASSETS = [rescored_scores, rescored_advantages]
 
-__all__ = ["ROUNDS", "ROUND_ASSETS", "ROUND_CHECKS", "parse_round_key", "round_key"]
+__all__ = ["RESCORE", "RESCORE_ASSETS", "ROUNDS", "ROUND_ASSETS", "ROUND_CHECKS", "parse_round_key", "round_key"]

@@ -2,7 +2,8 @@
 
 Walks the lineage edges from the checkpoint towards the roots and lists every ancestor by round:
 the checkpoint, the advantages (estimator and parameters) and scores (rubric version) it was
-trained on, the rollouts, the parent checkpoint, ... down to round 0. Each artifact is re-hashed,
+trained on, the rollouts, the parent checkpoint, ... down to round 0. Each round's re-scored versions
+(other rubric versions, never trained on) are listed beside it. Each artifact is re-hashed,
 so the report says whether the file on disk is still the one recorded; the Dagster and MLflow run
 ids that produced it are listed beside it.
 """
@@ -14,7 +15,9 @@ from pathlib import Path
 
 from creditline.store import LineageStore, hash_path
 
-KIND_ORDER = ["checkpoint", "training", "advantages", "scores", "steps", "episodes", "evaluation"]
+KIND_ORDER = ["checkpoint", "training", "advantages", "scores", "steps", "episodes", "evaluation",
+              "rescore_scores", "rescore_advantages", "rescore_comparison"]
+RESCORED = "rescored (not trained on)"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ def _on_disk(path: str, expected: str) -> str:
 
 def _detail(kind: str, meta: dict) -> dict:
     keys = {"advantages": ["estimator", "params", "params_hash"], "scores": ["rubric_version"],
+            "rescore_scores": ["rubric_version"], "rescore_advantages": ["rubric_version", "estimator", "params_hash"],
+            "rescore_comparison": ["reward_correlation", "advantage_rank_correlation", "sign_flip_share"],
             "checkpoint": ["source", "estimator", "rubric"], "steps": ["parent_checkpoint"],
             "evaluation": ["success_rate"]}.get(kind, [])  # fmt: skip
     return {k: (meta[k][:12] if k == "parent_checkpoint" else meta[k]) for k in keys if k in meta}
@@ -86,18 +91,20 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
     if record is None:
         return None
     mlflow_ids = {(r.dagster_run_id, r.round): r.mlflow_run_id for r in store.runs(experiment)}
-    entries = []
-    for node in store.lineage_chain(record.content_hash):
-        for artifact in node.artifacts:
-            if artifact.experiment != experiment:
-                continue
-            entries.append(AuditEntry(
-                round=artifact.round, kind=artifact.kind, variant=artifact.variant,
-                content_hash=artifact.content_hash, path=artifact.path,
-                on_disk=_on_disk(artifact.path, artifact.content_hash), relation=node.relation or "audited",
-                detail=_detail(artifact.kind, dict(artifact.meta)), dagster_run_id=artifact.dagster_run_id,
-                mlflow_run_id=mlflow_ids.get((artifact.dagster_run_id, artifact.round)),
-            ))  # fmt: skip
+
+    def entry(artifact, relation: str) -> AuditEntry:
+        return AuditEntry(
+            round=artifact.round, kind=artifact.kind, variant=artifact.variant, content_hash=artifact.content_hash,
+            path=artifact.path, on_disk=_on_disk(artifact.path, artifact.content_hash), relation=relation,
+            detail=_detail(artifact.kind, dict(artifact.meta)), dagster_run_id=artifact.dagster_run_id,
+            mlflow_run_id=mlflow_ids.get((artifact.dagster_run_id, artifact.round)),
+        )  # fmt: skip
+
+    entries = [entry(artifact, node.relation or "audited") for node in store.lineage_chain(record.content_hash)
+               for artifact in node.artifacts if artifact.experiment == experiment]  # fmt: skip
+    for round_in_chain in sorted({e.round for e in entries}):  # every re-scored version of those rounds, beside them
+        entries += [entry(a, RESCORED) for a in store.artifacts(experiment, round_in_chain)
+                    if a.kind.startswith("rescore_")]  # fmt: skip
     rank = {k: i for i, k in enumerate(KIND_ORDER)}
     entries.sort(key=lambda e: (-e.round, rank.get(e.kind, len(rank)), e.variant))
     return LineageReport(experiment, round_, record.content_hash, entries)

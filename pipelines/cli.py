@@ -4,6 +4,8 @@
     creditline report [--experiment NAME] [--json]
     creditline lineage [--experiment NAME] [--round R] [--json]
     creditline verify [--experiment NAME]
+    creditline register [--experiment NAME] [--config FILE]
+    creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
     creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out OUT.parquet
 
 Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`).
@@ -35,6 +37,7 @@ def cmd_run(args) -> int:
     from assets.partitions import ROUNDS, round_key
     from pipelines.definitions import ROUND_JOB, make_definitions
     from pipelines.instance import get_instance
+    from pipelines.sensors import EXPERIMENT_TAG
 
     config = load_config(args.config, name=args.experiment)
     store = _store(args.data_root)
@@ -56,7 +59,8 @@ def cmd_run(args) -> int:
         if not instance.has_dynamic_partition(ROUNDS.name, key):
             instance.add_dynamic_partitions(ROUNDS.name, [key])
         start = time.perf_counter()
-        result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet, raise_on_error=False)
+        result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet, raise_on_error=False,
+                                        tags={EXPERIMENT_TAG: config.name})  # fmt: skip
         if not result.success:
             failures = [e.message for e in result.all_events if e.is_failure]
             print(f"round {round_} failed (dagster run {result.run_id}):\n  " + "\n  ".join(failures), file=sys.stderr)
@@ -66,6 +70,69 @@ def cmd_run(args) -> int:
               f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
               f"{time.perf_counter() - start:5.1f} s", flush=True)  # fmt: skip
     _print_report(store.evaluations(config.name))
+    return 0
+
+
+def cmd_register(args) -> int:
+    """Register an experiment without running it: the round sensor (Dagster UI) will advance it."""
+    config = load_config(args.config, name=args.experiment)
+    try:
+        digest = _store(args.data_root).register_experiment(config.name, config.to_dict())
+    except ExperimentConfigMismatch as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it")
+    return 0
+
+
+def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
+    if not text:
+        return available
+    first, sep, last = text.partition("..")
+    wanted = range(int(first), int(last if sep else first) + 1)
+    missing = [r for r in wanted if r not in available]
+    if missing:
+        raise ValueError(f"rounds {missing} have no rollouts recorded (available: {available})")
+    return list(wanted)
+
+
+def cmd_rescore(args) -> int:
+    """Backfill the re-score branch for one rubric version over some rounds."""
+    import dagster as dg
+
+    from assets.partitions import round_key
+    from creditline.rubrics import RUBRICS, rubric_by_version
+    from pipelines import dagster_client
+    from pipelines.definitions import RESCORE_JOB, make_definitions
+    from pipelines.instance import get_instance
+
+    version = RUBRICS[args.rubric].version if args.rubric in RUBRICS else rubric_by_version(args.rubric).version
+    store = _store(args.data_root)
+    try:
+        rounds = _parse_rounds(args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")}))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    keys = [dg.MultiPartitionKey({"round": round_key(args.experiment, r), "rubric": version}) for r in rounds]
+    url = dagster_client.dagster_url(args.dagster_url)
+    if dagster_client.is_running(url):
+        backfill = dagster_client.launch_backfill(url, [str(k) for k in keys],
+                                                  ["rescored_scores", "rescored_advantages"],
+                                                  f"rescore {args.experiment} with {version}")  # fmt: skip
+        print(f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds {rounds})")
+        return 0
+    instance = get_instance(args.data_root)
+    job = make_definitions(args.data_root).resolve_job_def(RESCORE_JOB)
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    for round_, key in zip(rounds, keys, strict=True):
+        result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet, raise_on_error=False)
+        if not result.success:
+            print(f"re-scoring round {round_} failed (dagster run {result.run_id})", file=sys.stderr)
+            return 1
+        record = store.artifact(args.experiment, round_, "rescore_advantages", version)
+        comparison = store.artifact(args.experiment, round_, "rescore_comparison", version).meta
+        print(f"round {round_:>3}  {version}  advantages {record.content_hash[:12]}  "
+              f"reward r={comparison['reward_correlation']}  sign flips {comparison['sign_flip_share']:.3f}")
     return 0
 
 
@@ -164,6 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--experiment", default=None, help=f"experiment name (default {DEFAULT_EXPERIMENT})")
     run.add_argument("--rounds", type=int, default=None, help="total rounds (default: the config's `rounds`)")
     run.add_argument("--config", default=None, help="TOML file overriding the default experiment config")
+    register = add("register", cmd_register, "register an experiment for the round sensor, without running it")
+    register.add_argument("--experiment", default=None)
+    register.add_argument("--config", default=None)
+    rescore = add("rescore", cmd_rescore, "re-score stored rounds with another rubric version (a backfill)")
+    rescore.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    rescore.add_argument("--rubric", required=True, help="a registered rubric name or version")
+    rescore.add_argument("--rounds", default=None, help="A..B (default: every round with rollouts)")
+    rescore.add_argument("--dagster-url", default=None, help="a running webserver (default $CREDITLINE_DAGSTER_URL "
+                         "or http://127.0.0.1:3000); in-process when none answers")  # fmt: skip
     for name, func, help_ in [("report", cmd_report, "evaluation per round"),
                               ("lineage", cmd_lineage, "the chain behind a round's checkpoint"),
                               ("verify", cmd_verify, "re-hash every recorded artifact")]:  # fmt: skip

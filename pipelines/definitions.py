@@ -1,13 +1,15 @@
-"""The Definitions object: round assets and checks, the `round` job, resources bound to the data root."""
+"""The Definitions: round and re-score assets, their jobs, the round sensor, resources bound to the data root."""
 
 from __future__ import annotations
 
 import dagster as dg
 
-from assets import ROUND_ASSETS, ROUND_CHECKS, ROUNDS
+from assets import RESCORE, RESCORE_ASSETS, ROUND_ASSETS, ROUND_CHECKS, ROUNDS
+from pipelines.sensors import round_sensor
 from resources import EngineResource, LineageResource, TrackerResource, default_data_root
 
 ROUND_JOB = "round"
+RESCORE_JOB = "rescore"
 
 round_job = dg.define_asset_job(
     ROUND_JOB,
@@ -17,13 +19,22 @@ round_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
+rescore_job = dg.define_asset_job(
+    RESCORE_JOB,
+    selection=dg.AssetSelection.groups("rescore"),
+    partitions_def=RESCORE,
+    description="Re-score one round's stored rollouts with another rubric version; never feeds training.",
+    executor_def=dg.in_process_executor,
+)
+
 
 def make_definitions(data_root: str | None = None) -> dg.Definitions:
     root = data_root or default_data_root()
     return dg.Definitions(
-        assets=ROUND_ASSETS,
+        assets=[*ROUND_ASSETS, *RESCORE_ASSETS],
         asset_checks=ROUND_CHECKS,
-        jobs=[round_job],
+        jobs=[round_job, rescore_job],
+        sensors=[round_sensor],
         resources={
             "lineage": LineageResource(data_root=root),
             "tracker": TrackerResource(data_root=root),

@@ -176,3 +176,33 @@ def test_advantages_command_on_a_finished_rounds_files(finished, tmp_path):
     assert np.allclose(merged["advantage"], merged["advantage_recorded"])
     bad = creditline(data_root, "advantages", "--estimator", "nope", "--steps", steps, "--out", str(tmp_path / "x.parquet"))
     assert bad.returncode == 2 and "nope" in bad.stderr
+
+
+def test_rescore_twice_gives_identical_hashes_and_no_duplicate_rows(finished):
+    import duckdb
+
+    data_root, _ = finished
+    first = creditline(data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient",
+                       "--dagster-url", "http://127.0.0.1:9")  # nothing listens there: runs in-process
+    assert first.returncode == 0, first.stderr
+    store = LineageStore(data_root / "lineage.duckdb")
+    kinds = ("rescore_scores", "rescore_advantages", "rescore_comparison")
+    before = {(a.round, a.kind): a.content_hash for a in store.artifacts(EXPERIMENT) if a.kind in kinds}
+    assert {r for r, _ in before} == {1, 2} and len(before) == 6
+    second = creditline(data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient", "--rounds", "1..2",
+                        "--dagster-url", "http://127.0.0.1:9")  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    after = {(a.round, a.kind): a.content_hash for a in store.artifacts(EXPERIMENT) if a.kind in kinds}
+    assert after == before
+    with duckdb.connect(str(data_root / "lineage.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) - count(DISTINCT (child_hash, parent_hash)) FROM lineage").fetchone()[0] == 0
+        dupes = con.execute("SELECT count(*) FROM (SELECT experiment, round, kind, variant, count(*) c FROM artifacts "
+                            "GROUP BY ALL HAVING c > 1)").fetchone()[0]  # fmt: skip
+        assert dupes == 0
+    comparison = store.artifact(EXPERIMENT, 1, "rescore_comparison", store.artifact(EXPERIMENT, 1, "rescore_scores",
+                                next(a.variant for a in store.artifacts(EXPERIMENT, 1, "rescore_scores"))).variant)  # fmt: skip
+    assert 0.0 <= comparison.meta["sign_flip_share"] <= 1.0
+    report = json.loads(creditline(data_root, "lineage", "--experiment", EXPERIMENT, "--json").stdout)
+    versions = {a["detail"].get("rubric_version") for a in report["artifacts"] if a["kind"] in ("scores", "rescore_scores")}
+    assert len(versions) == 2  # the training rubric and the re-scored one, side by side
+    assert creditline(data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "nope").returncode != 0

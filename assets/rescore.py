@@ -1,0 +1,85 @@
+"""The re-score branch: a round's stored rollouts scored with another rubric version. Never feeds training.
+
+Partitioned by (round × rubric version). The rubric versions are those registered in code
+(`creditline.rubrics.RUBRICS`): adding or editing a rubric adds a version, and its partitions show as
+missing in the UI until a backfill fills them. Files go to `r<NNN>/rescore/<version>/`.
+"""
+
+import dagster as dg
+import pandas as pd
+
+import creditline.rescore
+import creditline.rubrics
+from assets.advantages import advantage_table
+from assets.advantages import VERSION as ADVANTAGES_VERSION
+from assets.partitions import ROUNDS, parse_round_key
+from assets.persist import code_version, log_round, materialized, persist_table, read_artifact
+from creditline.advantages import params_hash
+from creditline.rescore import compare_rescoring
+from creditline.rubrics import RUBRICS, rubric_by_version
+from resources import LineageResource, TrackerResource
+
+RUBRIC_VERSIONS = dg.StaticPartitionsDefinition(sorted(r.version for r in RUBRICS.values()))
+RESCORE = dg.MultiPartitionsDefinition({"round": ROUNDS, "rubric": RUBRIC_VERSIONS})
+TO_ROUND = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="round")
+
+
+def _partition(context) -> tuple[str, int, str]:
+    keys = context.partition_key.keys_by_dimension
+    experiment, round_ = parse_round_key(keys["round"])
+    return experiment, round_, keys["rubric"]
+
+
+@dg.asset(partitions_def=RESCORE, group_name="rescore", code_version=code_version(creditline.rubrics),
+          deps=[dg.AssetDep("episodes", partition_mapping=TO_ROUND), dg.AssetDep("steps", partition_mapping=TO_ROUND)],
+          description="The round's stored rollouts scored with another registered rubric version.")  # fmt: skip
+def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource):
+    experiment, round_, version = _partition(context)
+    episodes, episodes_record = read_artifact(lineage, experiment, round_, "episodes")
+    steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
+    frame = rubric_by_version(version).score(episodes, steps)
+    record = persist_table(
+        context, lineage, frame, table="scores", kind="rescore_scores", variant=version, experiment=experiment,
+        round_=round_, path=lineage.table_path(experiment, round_, "scores", rescore_version=version),
+        parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
+        meta={"rubric_version": version},
+    )  # fmt: skip
+    return materialized(record, rubric_version=version,
+                        episode_reward_mean=float(frame.drop_duplicates("episode_id")["episode_reward"].mean()))
+
+
+@dg.asset(partitions_def=RESCORE, group_name="rescore",
+          code_version=code_version(creditline.rescore) + ADVANTAGES_VERSION,
+          deps=["rescored_scores", dg.AssetDep("steps", partition_mapping=TO_ROUND),
+                dg.AssetDep("scores", partition_mapping=TO_ROUND), dg.AssetDep("advantages", partition_mapping=TO_ROUND)],
+          description="Advantages recomputed from the re-scored rewards, compared with those the round trained on.")  # fmt: skip
+def rescored_advantages(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
+    experiment, round_, version = _partition(context)
+    config = lineage.experiment(experiment)
+    steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
+    rescored, rescored_record = read_artifact(lineage, experiment, round_, "rescore_scores", version)
+    trained_scores, _ = read_artifact(lineage, experiment, round_, "scores")
+    trained_advantages, trained_record = read_artifact(lineage, experiment, round_, "advantages")
+    settings = config.advantages
+    frame = advantage_table(steps, rescored, settings.estimator, settings.params)
+    record = persist_table(
+        context, lineage, frame, table="advantages", kind="rescore_advantages", variant=version,
+        experiment=experiment, round_=round_, path=lineage.table_path(experiment, round_, "advantages", version),
+        parents=[(steps_record.content_hash, "computed_from"), (rescored_record.content_hash, "computed_from")],
+        meta={"rubric_version": version, "estimator": settings.estimator, "params": settings.params,
+              "params_hash": params_hash(settings.estimator, settings.params)},
+    )  # fmt: skip
+    comparison = compare_rescoring(trained_scores, rescored, trained_advantages, frame)
+    summary = {"round": round_, "training_rubric": str(trained_scores["rubric_version"].iloc[0]),
+               "rescored_rubric": version, **vars(comparison)}  # fmt: skip
+    compared = persist_table(
+        context, lineage, pd.DataFrame([summary]), table="rescore_comparison", kind="rescore_comparison",
+        variant=version, experiment=experiment, round_=round_,
+        path=lineage.table_path(experiment, round_, "comparison", version),
+        parents=[(record.content_hash, "compares"), (trained_record.content_hash, "compares")], meta=summary,
+    )  # fmt: skip
+    metrics = {f"{version}.{k}": v for k, v in vars(comparison).items() if isinstance(v, float)}
+    log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "rescore", ADVANTAGES_VERSION,
+              compared, metrics)  # fmt: skip
+    return materialized(record, rubric_version=version, compared_with=summary["training_rubric"],
+                        **{k: (v if v is not None else float("nan")) for k, v in vars(comparison).items()})

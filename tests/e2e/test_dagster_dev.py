@@ -1,0 +1,117 @@
+"""A real `dagster dev` (webserver + daemon): the sensor advances rounds, a backfill re-scores them.
+
+Started by the test on 127.0.0.1 in its own session and stopped by PID. Everything goes through
+GraphQL, as a user's clicks would: turn the sensor on, then launch a partition backfill of the
+re-score branch (via `creditline rescore`, which finds the running webserver).
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from creditline.rubrics import RUBRICS
+from creditline.store import LineageStore
+from pipelines import dagster_client
+from pipelines.instance import dagster_home
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "tiny_experiment.toml"
+EXPERIMENT = "ui-maze"
+BIN = Path(sys.executable).parent
+
+START_SENSOR = """
+mutation($selector: SensorSelector!) {
+  startSensor(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { sensorState { status } }
+    ... on PythonError { message }
+  }
+}"""
+REPOSITORIES = "{ repositoriesOrError { ... on RepositoryConnection { nodes { name location { name } sensors { name } } } } }"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s: float, what: str, log: Path):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; dagster dev log tail:\n"
+                         + log.read_text()[-4000:])  # fmt: skip
+
+
+@pytest.fixture()
+def dagster_dev(tmp_path):
+    data_root = tmp_path / "data"
+    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root), "DAGSTER_HOME": str(dagster_home(data_root))}
+    port = free_port()
+    log = tmp_path / "dagster_dev.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+                                   cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: dagster_client.is_running(url), 120, "the webserver", log)
+        yield url, data_root, env, log
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
+def cli(env, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def test_sensor_advances_two_rounds_and_a_backfill_rescores_them(dagster_dev):
+    url, data_root, env, log = dagster_dev
+    assert cli(env, "register", "--experiment", EXPERIMENT, "--config", str(TINY)).returncode == 0
+
+    nodes = dagster_client.graphql(url, REPOSITORIES)["repositoriesOrError"]["nodes"]
+    repo = next(n for n in nodes if any(s["name"] == "round_sensor" for s in n["sensors"]))
+    selector = {"repositoryLocationName": repo["location"]["name"], "repositoryName": repo["name"],
+                "sensorName": "round_sensor"}  # fmt: skip
+    started = dagster_client.graphql(url, START_SENSOR, {"selector": selector})["startSensor"]
+    assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
+
+    store = LineageStore(data_root / "lineage.duckdb")
+    wait_for(lambda: {e.round for e in store.evaluations(EXPERIMENT)} >= {0, 1, 2}, 600, "two rounds by the sensor", log)
+
+    version = RUBRICS["env-efficient"].version
+    launched = cli(env, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient", "--dagster-url", url)
+    assert launched.returncode == 0 and "launched backfill" in launched.stdout, launched.stderr
+
+    def rescored():
+        return {a.round for a in store.artifacts(EXPERIMENT, kind="rescore_comparison") if a.variant == version}
+
+    wait_for(lambda: rescored() == {1, 2}, 600, "the re-score backfill", log)
+
+    lineage = cli(env, "lineage", "--experiment", EXPERIMENT, "--json")
+    assert lineage.returncode == 0, lineage.stderr
+    report = json.loads(lineage.stdout)
+    versions = {(a["round"], a["detail"].get("rubric_version")) for a in report["artifacts"]
+                if a["kind"] in ("scores", "rescore_scores")}  # fmt: skip
+    training = RUBRICS["env"].version
+    assert versions == {(1, training), (2, training), (1, version), (2, version)}
+    assert all(a["dagster_run_id"] for a in report["artifacts"] if a["round"] > 0)
+    assert all(a["mlflow_run_id"] for a in report["artifacts"] if a["round"] > 0)
+    verify = cli(env, "verify", "--experiment", EXPERIMENT)
+    assert verify.returncode == 0 and "0 problem(s)" in verify.stdout, verify.stdout

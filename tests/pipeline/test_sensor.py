@@ -1,0 +1,73 @@
+from datetime import datetime
+
+import dagster as dg
+import pytest
+
+from creditline.config import from_dict
+from pipelines.cron_window import in_window
+from pipelines.definitions import ROUND_JOB, make_definitions
+from pipelines.sensors import next_rounds, round_sensor
+from resources import LineageResource
+
+TINY = {"rollouts": {"tasks_per_round": 2, "group_size": 2}, "train": {"epochs": 1, "minibatches": 1},
+        "eval": {"num_tasks": 2}, "rounds": 2}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "expression, now, expected",
+    [
+        (None, datetime(2026, 1, 1, 12, 0), True),
+        ("* 22-23,0-5 * * *", datetime(2026, 1, 1, 23, 30), True),
+        ("* 22-23,0-5 * * *", datetime(2026, 1, 1, 3, 0), True),
+        ("* 22-23,0-5 * * *", datetime(2026, 1, 1, 12, 0), False),
+        ("*/15 * * * *", datetime(2026, 1, 1, 12, 30), True),
+        ("*/15 * * * *", datetime(2026, 1, 1, 12, 31), False),
+        ("* * * * 6,0", datetime(2026, 11, 21, 9, 0), True),  # a Saturday
+        ("* * * * 1-5", datetime(2026, 11, 21, 9, 0), False),
+        ("* 22-3 * * *", datetime(2026, 1, 1, 1, 0), True),  # a range that wraps midnight
+    ],
+)
+def test_cron_window(expression, now, expected):
+    assert in_window(expression, now) is expected
+
+
+def test_cron_window_refuses_bad_expressions():
+    with pytest.raises(ValueError, match="5 fields"):
+        in_window("* * *", datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="outside 0..23"):
+        in_window("* 25 * * *", datetime(2026, 1, 1))
+
+
+def test_sensor_starts_advances_and_stops_each_experiment_on_its_own(tmp_path):
+    lineage = LineageResource(data_root=str(tmp_path))
+    for name in ("alpha", "beta"):
+        lineage.store().register_experiment(name, from_dict({**TINY, "name": name}).to_dict())
+    with dg.instance_for_test() as instance:
+        requests, _ = next_rounds(instance, lineage)
+        assert sorted(r.partition_key for r in requests) == ["alpha.r001", "beta.r001"]
+        assert {r.run_key for r in requests} == {r.partition_key for r in requests}  # idempotent run keys
+
+        result = round_sensor(dg.build_sensor_context(instance=instance, resources={"lineage": lineage}))
+        assert sorted(result.dynamic_partitions_requests[0].partition_keys) == ["alpha.r001", "beta.r001"]
+
+        job = make_definitions(str(tmp_path)).resolve_job_def(ROUND_JOB)
+        instance.add_dynamic_partitions("rounds", ["alpha.r001", "beta.r001"])
+        assert job.execute_in_process(instance=instance, partition_key="alpha.r001").success
+        requests, waiting = next_rounds(instance, lineage)
+        # alpha finished round 1 → round 2; beta's round 1 was added but never ran → it waits
+        assert [r.partition_key for r in requests] == ["alpha.r002"]
+        assert any("beta: round 1 has not finished" in w for w in waiting)
+
+        instance.add_dynamic_partitions("rounds", ["alpha.r002"])
+        assert job.execute_in_process(instance=instance, partition_key="alpha.r002").success
+        requests, waiting = next_rounds(instance, lineage)
+        assert requests == [] and any("alpha: all 2 rounds done" in w for w in waiting)
+        assert {e.round for e in lineage.store().evaluations("beta")} == set()  # beta untouched by alpha
+
+
+def test_sensor_waits_outside_its_window(tmp_path, monkeypatch):
+    monkeypatch.setenv("CREDITLINE_ROUND_WINDOW", "0 0 1 1 *")  # only one minute a year
+    with dg.instance_for_test() as instance:
+        context = dg.build_sensor_context(instance=instance, resources={"lineage": LineageResource(data_root=str(tmp_path))})
+        result = round_sensor(context)
+    assert isinstance(result, dg.SkipReason) and "outside the round window" in result.skip_message
