@@ -5,8 +5,9 @@ import warnings
 import dagster as dg
 from transformers.utils import logging as transformers_logging
 
-# Partitioned asset checks are marked "preview" in Dagster 1.13; we rely on them knowingly.
+# Partitioned asset checks ("preview") and the multi-to-single partition mapping ("beta") are relied on knowingly.
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+warnings.filterwarnings("ignore", category=dg.BetaWarning)  # MultiToSingleDimensionPartitionMapping
 transformers_logging.disable_progress_bar()  # no "Loading weights" bars in every run's log
 
 from assets.advantages import advantages  # noqa: E402
@@ -21,4 +22,12 @@ from assets.scores import scores  # noqa: E402
 ROUND_ASSETS = [rollouts, scores, advantages, checkpoint, evaluation]
 RESCORE_ASSETS = [rescored_scores, rescored_advantages]
 
-__all__ = ["RESCORE", "RESCORE_ASSETS", "ROUNDS", "ROUND_ASSETS", "ROUND_CHECKS", "parse_round_key", "round_key"]
+__all__ = [
+    "RESCORE",
+    "RESCORE_ASSETS",
+    "ROUNDS",
+    "ROUND_ASSETS",
+    "ROUND_CHECKS",
+    "parse_round_key",
+    "round_key",
+]

@@ -1,6 +1,5 @@
 """`advantages`: one scalar per step row and its expansion to one value per completion token."""
 
-
 import dagster as dg
 import pandas as pd
 
@@ -31,8 +30,13 @@ def advantage_table(steps: pd.DataFrame, scores: pd.DataFrame, estimator: str, p
     })  # fmt: skip
 
 
-@dg.asset(partitions_def=ROUNDS, deps=["steps", "scores"], group_name="round", code_version=VERSION,
-          description="Step-level advantages from the experiment's estimator, expanded per completion token.")
+@dg.asset(
+    partitions_def=ROUNDS,
+    deps=["steps", "scores"],
+    group_name="round",
+    code_version=VERSION,
+    description="Step-level advantages from the experiment's estimator, expanded per completion token.",
+)
 def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
@@ -47,7 +51,25 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
               "params_hash": params_hash(settings.estimator, settings.params)},
         parents=[(steps_record.content_hash, "computed_from"), (scores_record.content_hash, "computed_from")],
     )  # fmt: skip
-    metrics = {"abs_mean": float(frame["advantage"].abs().mean()), "nonzero_share": float((frame["advantage"] != 0).mean())}
-    log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "advantages", VERSION, record, metrics)
-    return materialized(record, estimator=settings.estimator, params_hash=params_hash(settings.estimator, settings.params),
-                        **metrics)
+    metrics = {
+        "abs_mean": float(frame["advantage"].abs().mean()),
+        "nonzero_share": float((frame["advantage"] != 0).mean()),
+    }
+    log_round(
+        tracker,
+        lineage,
+        context,
+        experiment,
+        round_,
+        config.to_dict(),
+        "advantages",
+        VERSION,
+        record,
+        metrics,
+    )
+    return materialized(
+        record,
+        estimator=settings.estimator,
+        params_hash=params_hash(settings.estimator, settings.params),
+        **metrics,
+    )

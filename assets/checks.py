@@ -5,7 +5,6 @@ stored: the file must still hash to the recorded content hash and pass its schem
 blocking, so a failing check stops the round's downstream assets (no training on a bad table).
 """
 
-
 import dagster as dg
 
 from assets.partitions import ROUNDS, parse_round_key
@@ -16,8 +15,13 @@ from schemas import SCHEMAS, TableValidationError, validate
 
 
 def _stored_table_check(table: str) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=table, name=f"{table}_stored_and_valid", blocking=True, partitions_def=ROUNDS,
-                    description=f"The stored {table} file matches its recorded hash and passes the {table} schema.")
+    @dg.asset_check(
+        asset=table,
+        name=f"{table}_stored_and_valid",
+        blocking=True,
+        partitions_def=ROUNDS,
+        description=f"The stored {table} file matches its recorded hash and passes the {table} schema.",
+    )
     def check(context: dg.AssetCheckExecutionContext, lineage: LineageResource) -> dg.AssetCheckResult:
         experiment, round_ = parse_round_key(context.partition_key)
         record = lineage.store().artifact(experiment, round_, table)
@@ -31,14 +35,22 @@ def _stored_table_check(table: str) -> dg.AssetChecksDefinition:
             validate(SCHEMAS[table], read_parquet(record.path), table)
         except TableValidationError as exc:
             return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)[:2000]})
-        return dg.AssetCheckResult(passed=True, metadata={"rows": record.rows, "content_hash": record.content_hash})
+        return dg.AssetCheckResult(
+            passed=True, metadata={"rows": record.rows, "content_hash": record.content_hash}
+        )
 
     return check
 
 
-@dg.asset_check(asset="steps", blocking=True, partitions_def=ROUNDS,
-                description="The parent checkpoint on disk is still the one these rollouts were generated from.")
-def parent_checkpoint_unchanged(context: dg.AssetCheckExecutionContext, lineage: LineageResource) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset="steps",
+    blocking=True,
+    partitions_def=ROUNDS,
+    description="The parent checkpoint on disk is still the one these rollouts were generated from.",
+)
+def parent_checkpoint_unchanged(
+    context: dg.AssetCheckExecutionContext, lineage: LineageResource
+) -> dg.AssetCheckResult:
     experiment, round_ = parse_round_key(context.partition_key)
     store = lineage.store()
     steps = store.artifact(experiment, round_, "steps")
@@ -51,7 +63,11 @@ def parent_checkpoint_unchanged(context: dg.AssetCheckExecutionContext, lineage:
     recorded = steps.meta.get("parent_checkpoint")
     return dg.AssetCheckResult(
         passed=recorded == parent.content_hash,
-        metadata={"recorded_parent": str(recorded), "current_parent": parent.content_hash, "parent_path": parent.path},
+        metadata={
+            "recorded_parent": str(recorded),
+            "current_parent": parent.content_hash,
+            "parent_path": parent.path,
+        },
     )
 
 

@@ -1,6 +1,5 @@
 """`evaluation`: the round's checkpoint played greedily on held-out tasks (round 1 also scores the initial policy)."""
 
-
 import base64
 import os
 from pathlib import Path
@@ -35,19 +34,33 @@ def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, r
     record = persist_table(context, lineage, table, table="evaluation", experiment=config.name, round_=round_,
                            path=lineage.table_path(config.name, round_, "evaluation"),
                            parents=[(policy.content_hash, "evaluates")], meta=vars(summary))  # fmt: skip
-    lineage.store().record_evaluation(EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary)))
+    lineage.store().record_evaluation(
+        EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary))
+    )
     return record
 
 
-@dg.asset(partitions_def=ROUNDS, deps=["checkpoint"], group_name="round", code_version=VERSION, pool="gpu",
-          description="Held-out greedy success rate, return, steps and invalid-action rate of the round's policy.")
-def evaluation(context: dg.AssetExecutionContext, lineage: LineageResource, engine: EngineResource,
-               tracker: TrackerResource):
+@dg.asset(
+    partitions_def=ROUNDS,
+    deps=["checkpoint"],
+    group_name="round",
+    code_version=VERSION,
+    pool="gpu",
+    description="Held-out greedy success rate, return, steps and invalid-action rate of the round's policy.",
+)
+def evaluation(
+    context: dg.AssetExecutionContext,
+    lineage: LineageResource,
+    engine: EngineResource,
+    tracker: TrackerResource,
+):
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
     store = lineage.store()
     if round_ == 1 and not any(e.round == 0 for e in store.evaluations(experiment)):
-        _evaluate_policy(context, lineage, engine, config, store.initial_policy(experiment), 0)  # the baseline
+        _evaluate_policy(
+            context, lineage, engine, config, store.initial_policy(experiment), 0
+        )  # the baseline
     policy = store.artifact(experiment, round_, "checkpoint")
     if policy is None:
         raise FileNotFoundError(f"{experiment} round {round_}: no checkpoint recorded")

@@ -27,7 +27,9 @@ def code_version(*modules: ModuleType) -> str:
     for module in modules:
         members = [module]
         if hasattr(module, "__path__"):  # a package: include every submodule
-            names = sorted(info.name for info in pkgutil.walk_packages(module.__path__, module.__name__ + "."))
+            names = sorted(
+                info.name for info in pkgutil.walk_packages(module.__path__, module.__name__ + ".")
+            )
             members += [importlib.import_module(name) for name in names]
         for member in members:
             digest.update(inspect.getsource(member).encode())
@@ -38,10 +40,14 @@ def read_artifact(lineage: LineageResource, experiment: str, round_: int, kind: 
     """A recorded table, re-hashed before use: a file changed since it was recorded is refused."""
     record = lineage.store().artifact(experiment, round_, kind, variant)
     if record is None:
-        raise FileNotFoundError(f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded")
+        raise FileNotFoundError(
+            f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
+        )
     actual = hash_path(record.path)
     if actual != record.content_hash:
-        raise ValueError(f"{record.path} changed since it was recorded ({record.content_hash[:12]} → {actual[:12]})")
+        raise ValueError(
+            f"{record.path} changed since it was recorded ({record.content_hash[:12]} → {actual[:12]})"
+        )
     return read_parquet(record.path), record
 
 
@@ -78,8 +84,16 @@ def persist_table(
     )
 
 
-def record_run(context, lineage: LineageResource, experiment: str, round_: int, asset: str, version: str,
-               mlflow_run_id: str | None, config: dict) -> None:
+def record_run(
+    context,
+    lineage: LineageResource,
+    experiment: str,
+    round_: int,
+    asset: str,
+    version: str,
+    mlflow_run_id: str | None,
+    config: dict,
+) -> None:
     lineage.store().record_run(
         RunRecord(context.run_id, experiment, round_, asset, mlflow_run_id, version, config)
     )
@@ -90,14 +104,28 @@ def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadat
     return dg.MaterializeResult(
         asset_key=asset_key,
         data_version=dg.DataVersion(record.content_hash),
-        metadata={"content_hash": record.content_hash, "path": dg.MetadataValue.path(record.path),
-                  **({"rows": record.rows} if record.rows is not None else {}), **metadata},
+        metadata={
+            "content_hash": record.content_hash,
+            "path": dg.MetadataValue.path(record.path),
+            **({"rows": record.rows} if record.rows is not None else {}),
+            **metadata,
+        },
     )
 
 
-def log_round(tracker: TrackerResource, lineage: LineageResource, context, experiment: str, round_: int,
-              config: dict, asset: str, version: str, record: ArtifactRecord, metrics: dict[str, float],
-              artifacts: list[str] | None = None) -> str:
+def log_round(
+    tracker: TrackerResource,
+    lineage: LineageResource,
+    context,
+    experiment: str,
+    round_: int,
+    config: dict,
+    asset: str,
+    version: str,
+    record: ArtifactRecord,
+    metrics: dict[str, float],
+    artifacts: list[str] | None = None,
+) -> str:
     """Add an asset's metrics and data version to the round's MLflow run and link the run in DuckDB."""
     run_id = tracker.round_run(experiment, round_, config)
     tracker.log(

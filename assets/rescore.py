@@ -10,8 +10,8 @@ import pandas as pd
 
 import creditline.rescore
 import creditline.rubrics
-from assets.advantages import advantage_table
 from assets.advantages import VERSION as ADVANTAGES_VERSION
+from assets.advantages import advantage_table
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import code_version, log_round, materialized, persist_table, read_artifact
 from creditline.advantages import params_hash
@@ -44,8 +44,11 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
         parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
         meta={"rubric_version": version},
     )  # fmt: skip
-    return materialized(record, rubric_version=version,
-                        episode_reward_mean=float(frame.drop_duplicates("episode_id")["episode_reward"].mean()))
+    return materialized(
+        record,
+        rubric_version=version,
+        episode_reward_mean=float(frame.drop_duplicates("episode_id")["episode_reward"].mean()),
+    )
 
 
 @dg.asset(partitions_def=RESCORE, group_name="rescore",
@@ -53,7 +56,9 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
           deps=["rescored_scores", dg.AssetDep("steps", partition_mapping=TO_ROUND),
                 dg.AssetDep("scores", partition_mapping=TO_ROUND), dg.AssetDep("advantages", partition_mapping=TO_ROUND)],
           description="Advantages recomputed from the re-scored rewards, compared with those the round trained on.")  # fmt: skip
-def rescored_advantages(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
+def rescored_advantages(
+    context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource
+):
     experiment, round_, version = _partition(context)
     config = lineage.experiment(experiment)
     steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
@@ -81,5 +86,9 @@ def rescored_advantages(context: dg.AssetExecutionContext, lineage: LineageResou
     metrics = {f"{version}.{k}": v for k, v in vars(comparison).items() if isinstance(v, float)}
     log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "rescore", ADVANTAGES_VERSION,
               compared, metrics)  # fmt: skip
-    return materialized(record, rubric_version=version, compared_with=summary["training_rubric"],
-                        **{k: (v if v is not None else float("nan")) for k, v in vars(comparison).items()})
+    return materialized(
+        record,
+        rubric_version=version,
+        compared_with=summary["training_rubric"],
+        **{k: (v if v is not None else float("nan")) for k, v in vars(comparison).items()},
+    )

@@ -1,6 +1,5 @@
 """`scores`: the round's rollouts scored with the experiment's training rubric."""
 
-
 import dagster as dg
 
 import creditline.rubrics
@@ -12,8 +11,13 @@ from resources import LineageResource, TrackerResource
 VERSION = code_version(creditline.rubrics)
 
 
-@dg.asset(partitions_def=ROUNDS, deps=["episodes", "steps"], group_name="round", code_version=VERSION,
-          description="Per step row: each rubric criterion, the rubric's step reward and episode total.")
+@dg.asset(
+    partitions_def=ROUNDS,
+    deps=["episodes", "steps"],
+    group_name="round",
+    code_version=VERSION,
+    description="Per step row: each rubric criterion, the rubric's step reward and episode total.",
+)
 def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
@@ -27,6 +31,11 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
         parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
     )  # fmt: skip
     episode_reward = frame.drop_duplicates("episode_id")["episode_reward"]
-    metrics = {"episode_reward_mean": float(episode_reward.mean()), "episode_reward_std": float(episode_reward.std())}
-    log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "scores", VERSION, record, metrics)
+    metrics = {
+        "episode_reward_mean": float(episode_reward.mean()),
+        "episode_reward_std": float(episode_reward.std()),
+    }
+    log_round(
+        tracker, lineage, context, experiment, round_, config.to_dict(), "scores", VERSION, record, metrics
+    )
     return materialized(record, rubric_version=rubric.version, **metrics)

@@ -15,8 +15,18 @@ from pathlib import Path
 
 from creditline.store import LineageStore, hash_path
 
-KIND_ORDER = ["checkpoint", "training", "advantages", "scores", "steps", "episodes", "evaluation",
-              "rescore_scores", "rescore_advantages", "rescore_comparison"]
+KIND_ORDER = [
+    "checkpoint",
+    "training",
+    "advantages",
+    "scores",
+    "steps",
+    "episodes",
+    "evaluation",
+    "rescore_scores",
+    "rescore_advantages",
+    "rescore_comparison",
+]
 RESCORED = "rescored (not trained on)"
 
 
@@ -62,7 +72,9 @@ class LineageReport:
             runs = f" dagster={e.dagster_run_id[:8]}" if e.dagster_run_id else ""
             runs += f" mlflow={e.mlflow_run_id[:8]}" if e.mlflow_run_id else ""
             name = e.kind + (f"[{e.variant}]" if e.variant else "")
-            lines.append(f"  {name:<20} {e.content_hash[:12]}  {e.on_disk:<7} {e.relation:<16} {detail}{runs}")
+            lines.append(
+                f"  {name:<20} {e.content_hash[:12]}  {e.on_disk:<7} {e.relation:<16} {detail}{runs}"
+            )
             lines.append(f"  {'':<20} {e.path}")
         lines.append("all files match their recorded hashes" if self.all_match else "SOME FILES DO NOT MATCH")
         return "\n".join(lines)
@@ -102,7 +114,9 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
 
     entries = [entry(artifact, node.relation or "audited") for node in store.lineage_chain(record.content_hash)
                for artifact in node.artifacts if artifact.experiment == experiment]  # fmt: skip
-    for round_in_chain in sorted({e.round for e in entries}):  # every re-scored version of those rounds, beside them
+    for round_in_chain in sorted(
+        {e.round for e in entries}
+    ):  # every re-scored version of those rounds, beside them
         entries += [entry(a, RESCORED) for a in store.artifacts(experiment, round_in_chain)
                     if a.kind.startswith("rescore_")]  # fmt: skip
     rank = {k: i for i, k in enumerate(KIND_ORDER)}

@@ -77,7 +77,9 @@ class ExperimentConfig:
     env: EnvSettings = field(default_factory=EnvSettings)
     rollouts: RolloutSettings = field(default_factory=RolloutSettings)
     advantages: AdvantageSettings = field(default_factory=AdvantageSettings)
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-3, epochs=2, minibatches=2))
+    train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(learning_rate=2e-3, epochs=2, minibatches=2)
+    )
     eval: EvalSettings = field(default_factory=EvalSettings)
 
     def __post_init__(self):
@@ -97,7 +99,9 @@ def from_dict(data: dict[str, Any], base: Any = None) -> Any:
         if key not in known:
             raise ValueError(f"unknown config key {key!r} in {type(base).__name__}; known: {sorted(known)}")
         current = getattr(base, key)
-        updates[key] = from_dict(value, current) if is_dataclass(current) and isinstance(value, dict) else value
+        updates[key] = (
+            from_dict(value, current) if is_dataclass(current) and isinstance(value, dict) else value
+        )
     return replace(base, **updates)
 
 

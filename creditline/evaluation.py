@@ -16,6 +16,7 @@ from creditline.envs.base import Environment
 from creditline.rollout import run_episodes
 from creditline.tasks import eval_task_ids
 
+
 @dataclass(frozen=True)
 class EvaluationSummary:
     success_rate: float
@@ -36,7 +37,9 @@ def evaluate(
 ) -> tuple[pd.DataFrame, EvaluationSummary]:
     """Play every held-out task once, greedily; return the episode table and its summary."""
     greedy = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
-    tables = run_episodes(engine, tokenizer, env_factory, experiment, round_, eval_task_ids(num_tasks), 1, greedy)
+    tables = run_episodes(
+        engine, tokenizer, env_factory, experiment, round_, eval_task_ids(num_tasks), 1, greedy
+    )
     episodes, steps = tables.episodes, tables.steps
     summary = EvaluationSummary(
         success_rate=float(episodes["success"].mean()),

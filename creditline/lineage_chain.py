@@ -21,7 +21,9 @@ class ParentCheckpointError(RuntimeError):
     """The parent checkpoint is missing, or differs from the one recorded."""
 
 
-def ensure_initial_policy(store: LineageStore, config: ExperimentConfig, builtin_folder: Path) -> ArtifactRecord:
+def ensure_initial_policy(
+    store: LineageStore, config: ExperimentConfig, builtin_folder: Path
+) -> ArtifactRecord:
     """The experiment's initial policy, built (built-in) or registered (user folder) on first use."""
     existing = store.initial_policy(config.name)
     if existing is not None:
@@ -32,7 +34,9 @@ def ensure_initial_policy(store: LineageStore, config: ExperimentConfig, builtin
     else:
         folder = Path(config.initial_policy).resolve()
         if not (folder / "config.json").exists():
-            raise ParentCheckpointError(f"initial_policy {folder} is not a HF checkpoint folder (no config.json)")
+            raise ParentCheckpointError(
+                f"initial_policy {folder} is not a HF checkpoint folder (no config.json)"
+            )
         source = "user"
     return store.record_initial_policy(config.name, str(folder), hash_path(folder), meta={"source": source})
 
@@ -41,7 +45,11 @@ def parent_checkpoint(store: LineageStore, experiment: str, round_: int) -> Arti
     """The checkpoint that generates round `round_`'s rollouts, verified against its recorded hash."""
     if round_ < 1:
         raise ValueError(f"rounds start at 1 (round 0 is the initial policy), got {round_}")
-    record = store.initial_policy(experiment) if round_ == 1 else store.artifact(experiment, round_ - 1, "checkpoint")
+    record = (
+        store.initial_policy(experiment)
+        if round_ == 1
+        else store.artifact(experiment, round_ - 1, "checkpoint")
+    )
     if record is None:
         which = "the initial policy" if round_ == 1 else f"round {round_ - 1}'s checkpoint"
         raise ParentCheckpointError(f"{experiment} round {round_}: {which} is not in the lineage store yet")

@@ -46,16 +46,26 @@ def compare_rescoring(
         rescored_scores.drop_duplicates("episode_id"), on="episode_id", suffixes=("_trained", "_rescored")
     )
     advantages = trained_advantages[[*key, "advantage"]].merge(
-        rescored_advantages[[*key, "advantage"]], on=key, suffixes=("_trained", "_rescored"), validate="one_to_one"
+        rescored_advantages[[*key, "advantage"]],
+        on=key,
+        suffixes=("_trained", "_rescored"),
+        validate="one_to_one",
     )
     if len(advantages) != len(trained_advantages):
-        raise ValueError(f"re-scored advantages cover {len(advantages)} of {len(trained_advantages)} step rows")
-    trained, rescored = advantages["advantage_trained"].to_numpy(), advantages["advantage_rescored"].to_numpy()
+        raise ValueError(
+            f"re-scored advantages cover {len(advantages)} of {len(trained_advantages)} step rows"
+        )
+    trained, rescored = (
+        advantages["advantage_trained"].to_numpy(),
+        advantages["advantage_rescored"].to_numpy(),
+    )
     ranks = (pd.Series(trained).rank().to_numpy(), pd.Series(rescored).rank().to_numpy())
     either = (trained != 0) | (rescored != 0)
     flips = np.sign(trained[either]) != np.sign(rescored[either])
     return RescoreComparison(
-        reward_correlation=_pearson(episodes["episode_reward_trained"].to_numpy(), episodes["episode_reward_rescored"].to_numpy()),
+        reward_correlation=_pearson(
+            episodes["episode_reward_trained"].to_numpy(), episodes["episode_reward_rescored"].to_numpy()
+        ),
         advantage_rank_correlation=_pearson(*ranks),
         sign_flip_share=float(flips.mean()) if either.any() else 0.0,
         steps=len(advantages),

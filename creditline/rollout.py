@@ -115,7 +115,9 @@ def run_episodes(
             ep.observation = transition.observation
             if transition.done or transition.truncated:
                 ep.success = transition.success
-                ep.stop_reason = "success" if transition.success else ("done" if transition.done else "step_limit")
+                ep.stop_reason = (
+                    "success" if transition.success else ("done" if transition.done else "step_limit")
+                )
             else:
                 still_active.append(ep)
         active = still_active
@@ -134,5 +136,9 @@ def run_episodes(
         }
         for ep in episodes
     ]
-    steps = pd.DataFrame(step_rows).sort_values(["task_id", "sample_idx", "step_idx"], kind="stable").reset_index(drop=True)
+    steps = (
+        pd.DataFrame(step_rows)
+        .sort_values(["task_id", "sample_idx", "step_idx"], kind="stable")
+        .reset_index(drop=True)
+    )
     return RolloutTables(episodes=pd.DataFrame(episode_rows), steps=steps)

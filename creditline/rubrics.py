@@ -44,8 +44,13 @@ class Criterion:
     params: Mapping[str, float] = field(default_factory=dict)
 
     def definition(self) -> dict:
-        return {"name": self.name, "level": self.level, "weight": self.weight, "params": dict(self.params),
-                "source": inspect.getsource(self.fn)}
+        return {
+            "name": self.name,
+            "level": self.level,
+            "weight": self.weight,
+            "params": dict(self.params),
+            "source": inspect.getsource(self.fn),
+        }
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,9 @@ class RubricGroup:
 
 def _criterion_values(rubric: Rubric, episodes: pd.DataFrame, steps: pd.DataFrame, prefix: str):
     """Per-criterion columns (episode level, aligned with `steps`) and the rubric's two reward arrays."""
-    step_episode = pd.Index(episodes["episode_id"]).get_indexer(steps["episode_id"])  # (S,) row of each step's episode
+    step_episode = pd.Index(episodes["episode_id"]).get_indexer(
+        steps["episode_id"]
+    )  # (S,) row of each step's episode
     if (step_episode < 0).any():
         missing = steps["episode_id"].to_numpy()[step_episode < 0][0]
         raise ValueError(f"steps.episode_id {missing!r} has no row in episodes")
@@ -102,11 +109,15 @@ def _criterion_values(rubric: Rubric, episodes: pd.DataFrame, steps: pd.DataFram
 
 def _check_length(rubric, criterion, values, expected, table):
     if values.shape != (expected,):
-        raise ValueError(f"rubric {rubric.name!r} criterion {criterion.name!r} returned shape {values.shape}, "
-                         f"expected ({expected},) aligned with the {table} table")
+        raise ValueError(
+            f"rubric {rubric.name!r} criterion {criterion.name!r} returned shape {values.shape}, "
+            f"expected ({expected},) aligned with the {table} table"
+        )
     if not np.isfinite(values).all():
         row = int(np.flatnonzero(~np.isfinite(values))[0])
-        raise ValueError(f"rubric {rubric.name!r} criterion {criterion.name!r} gave a non-finite value at {table} row {row}")
+        raise ValueError(
+            f"rubric {rubric.name!r} criterion {criterion.name!r} gave a non-finite value at {table} row {row}"
+        )
 
 
 def score(rubric: Rubric | RubricGroup, episodes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -163,7 +174,9 @@ def success(episodes: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
 
 
 RUBRICS: dict[str, Rubric | RubricGroup] = {
-    "env": Rubric("env", (Criterion("env_reward", env_reward, "step"), Criterion("success", success, "episode", 0.0))),
+    "env": Rubric(
+        "env", (Criterion("env_reward", env_reward, "step"), Criterion("success", success, "episode", 0.0))
+    ),
     "env-efficient": Rubric(
         "env-efficient",
         (
@@ -186,4 +199,6 @@ def rubric_by_version(version: str) -> Rubric | RubricGroup:
     for rubric in RUBRICS.values():
         if rubric.version == version:
             return rubric
-    raise ValueError(f"no registered rubric has version {version!r}; known: {[r.version for r in RUBRICS.values()]}")
+    raise ValueError(
+        f"no registered rubric has version {version!r}; known: {[r.version for r in RUBRICS.values()]}"
+    )

@@ -53,7 +53,9 @@ class PackedBatch:
     advantages: torch.Tensor  # (R, L) float: per-token advantage of the target at that index
 
 
-def pack(prompt_ids, completion_ids, completion_logprobs, completion_advantages, pad_token_id: int) -> PackedBatch:
+def pack(
+    prompt_ids, completion_ids, completion_logprobs, completion_advantages, pad_token_id: int
+) -> PackedBatch:
     """Pack per-row lists into tensors. Target index j holds token j+1's quantities (next-token)."""
     rows = len(prompt_ids)
     length = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids, strict=True))
@@ -66,7 +68,9 @@ def pack(prompt_ids, completion_ids, completion_logprobs, completion_advantages,
         prompt, completion = list(prompt_ids[r]), list(completion_ids[r])
         n_p, n_c = len(prompt), len(completion)
         if len(completion_logprobs[r]) != n_c or len(completion_advantages[r]) != n_c:
-            raise ValueError(f"step row {r}: completion_ids, completion_logprobs and completion_advantages differ in length")
+            raise ValueError(
+                f"step row {r}: completion_ids, completion_logprobs and completion_advantages differ in length"
+            )
         input_ids[r, : n_p + n_c] = torch.tensor(prompt + completion)
         attention_mask[r, : n_p + n_c] = 1
         targets = slice(n_p - 1, n_p - 1 + n_c)  # logits at j predict token j+1
@@ -76,7 +80,9 @@ def pack(prompt_ids, completion_ids, completion_logprobs, completion_advantages,
     return PackedBatch(input_ids, attention_mask, completion_mask, old_logprobs, advantages)
 
 
-def token_logprobs(model: torch.nn.Module, input_ids, attention_mask, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    model: torch.nn.Module, input_ids, attention_mask, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of each next token and the entropy of each next-token distribution, (R, L) each."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()  # (R, L, V)
     if temperature > 0:
@@ -88,7 +94,9 @@ def token_logprobs(model: torch.nn.Module, input_ids, attention_mask, temperatur
     return logp, entropy
 
 
-def clipped_pg_loss(logp, old_logp, advantages, mask, clip_eps: float) -> tuple[torch.Tensor, dict[str, float]]:
+def clipped_pg_loss(
+    logp, old_logp, advantages, mask, clip_eps: float
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The token-level clipped surrogate over `mask` positions; all inputs (R, L)."""
     log_ratio = (logp - old_logp).masked_fill(~mask, 0.0)
     ratio = log_ratio.exp()
@@ -102,10 +110,14 @@ def clipped_pg_loss(logp, old_logp, advantages, mask, clip_eps: float) -> tuple[
     return loss, {"clip_fraction": float(clip_fraction), "approx_kl": float(approx_kl)}
 
 
-def train(model: torch.nn.Module, batch: PackedBatch, config: TrainConfig, optimizer_state: dict | None = None):
+def train(
+    model: torch.nn.Module, batch: PackedBatch, config: TrainConfig, optimizer_state: dict | None = None
+):
     """Run the update in place on `model`; return (per-step metrics, optimiser state)."""
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
         for group in optimizer.param_groups:
@@ -119,11 +131,18 @@ def train(model: torch.nn.Module, batch: PackedBatch, config: TrainConfig, optim
             mb_mask = batch.completion_mask[mb_rows]
             length = int(batch.attention_mask[mb_rows].sum(1).max())  # trim padding columns
             logp, entropy = token_logprobs(
-                model, batch.input_ids[mb_rows, :length], batch.attention_mask[mb_rows, :length], config.temperature
+                model,
+                batch.input_ids[mb_rows, :length],
+                batch.attention_mask[mb_rows, :length],
+                config.temperature,
             )
             mb_mask = mb_mask[:, :length]
             loss, stats = clipped_pg_loss(
-                logp, batch.old_logprobs[mb_rows, :length], batch.advantages[mb_rows, :length], mb_mask, config.clip_eps
+                logp,
+                batch.old_logprobs[mb_rows, :length],
+                batch.advantages[mb_rows, :length],
+                mb_mask,
+                config.clip_eps,
             )
             n_tokens = int(mb_mask.sum())
             entropy_mean = (entropy * mb_mask).sum() / max(n_tokens, 1)
@@ -134,8 +153,16 @@ def train(model: torch.nn.Module, batch: PackedBatch, config: TrainConfig, optim
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             metrics.append(
-                {"epoch": epoch, "minibatch": part, "loss": float(loss.detach()), "grad_norm": float(grad_norm),
-                 "entropy": float(entropy_mean.detach()), "tokens": n_tokens, "rows": len(mb_rows), **stats}
+                {
+                    "epoch": epoch,
+                    "minibatch": part,
+                    "loss": float(loss.detach()),
+                    "grad_norm": float(grad_norm),
+                    "entropy": float(entropy_mean.detach()),
+                    "tokens": n_tokens,
+                    "rows": len(mb_rows),
+                    **stats,
+                }
             )
     model.eval()
     return metrics, optimizer.state_dict()

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from creditline.config import ExperimentConfig, load_config
-from creditline.store import ExperimentConfigMismatch, LineageStore, hash_path
+from creditline.store import ExperimentConfigMismatch, LineageStore
 from resources.lineage import DATA_ROOT_ENV, default_data_root
 
 DEFAULT_EXPERIMENT = ExperimentConfig().name
@@ -63,7 +63,10 @@ def cmd_run(args) -> int:
                                         tags={EXPERIMENT_TAG: config.name})  # fmt: skip
         if not result.success:
             failures = [e.message for e in result.all_events if e.is_failure]
-            print(f"round {round_} failed (dagster run {result.run_id}):\n  " + "\n  ".join(failures), file=sys.stderr)
+            print(
+                f"round {round_} failed (dagster run {result.run_id}):\n  " + "\n  ".join(failures),
+                file=sys.stderr,
+            )
             return 1
         latest = {e.round: e for e in store.evaluations(config.name)}
         print(f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
@@ -81,7 +84,9 @@ def cmd_register(args) -> int:
     except ExperimentConfigMismatch as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it")
+    print(
+        f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it"
+    )
     return 0
 
 
@@ -106,10 +111,14 @@ def cmd_rescore(args) -> int:
     from pipelines.definitions import RESCORE_JOB, make_definitions
     from pipelines.instance import get_instance
 
-    version = RUBRICS[args.rubric].version if args.rubric in RUBRICS else rubric_by_version(args.rubric).version
+    version = (
+        RUBRICS[args.rubric].version if args.rubric in RUBRICS else rubric_by_version(args.rubric).version
+    )
     store = _store(args.data_root)
     try:
-        rounds = _parse_rounds(args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")}))
+        rounds = _parse_rounds(
+            args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")})
+        )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -125,22 +134,28 @@ def cmd_rescore(args) -> int:
     job = make_definitions(args.data_root).resolve_job_def(RESCORE_JOB)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     for round_, key in zip(rounds, keys, strict=True):
-        result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet, raise_on_error=False)
+        result = job.execute_in_process(
+            instance=instance, partition_key=key, run_config=quiet, raise_on_error=False
+        )
         if not result.success:
             print(f"re-scoring round {round_} failed (dagster run {result.run_id})", file=sys.stderr)
             return 1
         record = store.artifact(args.experiment, round_, "rescore_advantages", version)
         comparison = store.artifact(args.experiment, round_, "rescore_comparison", version).meta
-        print(f"round {round_:>3}  {version}  advantages {record.content_hash[:12]}  "
-              f"reward r={comparison['reward_correlation']}  sign flips {comparison['sign_flip_share']:.3f}")
+        print(
+            f"round {round_:>3}  {version}  advantages {record.content_hash[:12]}  "
+            f"reward r={comparison['reward_correlation']}  sign flips {comparison['sign_flip_share']:.3f}"
+        )
     return 0
 
 
 def _print_report(evaluations) -> None:
     print(f"{'round':>5}  {'success':>7}  {'return':>7}  {'steps':>6}  {'invalid':>7}  policy")
     for e in evaluations:
-        print(f"{e.round:>5}  {e.success_rate:>7.2f}  {e.mean_return:>+7.2f}  {e.mean_steps:>6.1f}  "
-              f"{e.invalid_action_rate:>7.3f}  {e.policy_hash[:12]}")
+        print(
+            f"{e.round:>5}  {e.success_rate:>7.2f}  {e.mean_return:>+7.2f}  {e.mean_steps:>6.1f}  "
+            f"{e.invalid_action_rate:>7.3f}  {e.policy_hash[:12]}"
+        )
 
 
 def cmd_report(args) -> int:
@@ -173,7 +188,9 @@ def cmd_lineage(args) -> int:
 def cmd_verify(args) -> int:
     problems = _store(args.data_root).verify(args.experiment)
     for p in problems:
-        print(f"{p.kind:>8}  {p.path}  expected {p.expected_hash[:12]}  actual {(p.actual_hash or '-')[:12]}  {p.detail}")
+        print(
+            f"{p.kind:>8}  {p.path}  expected {p.expected_hash[:12]}  actual {(p.actual_hash or '-')[:12]}  {p.detail}"
+        )
     print(f"{len(problems)} problem(s) in experiment {args.experiment!r}")
     return 1 if problems else 0
 
@@ -231,7 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--experiment", default=None, help=f"experiment name (default {DEFAULT_EXPERIMENT})")
     run.add_argument("--rounds", type=int, default=None, help="total rounds (default: the config's `rounds`)")
     run.add_argument("--config", default=None, help="TOML file overriding the default experiment config")
-    register = add("register", cmd_register, "register an experiment for the round sensor, without running it")
+    register = add(
+        "register", cmd_register, "register an experiment for the round sensor, without running it"
+    )
     register.add_argument("--experiment", default=None)
     register.add_argument("--config", default=None)
     rescore = add("rescore", cmd_rescore, "re-score stored rounds with another rubric version (a backfill)")
@@ -252,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--estimator", required=True)
     adv.add_argument("--param", action="append", default=[], help="key=value (JSON values), repeatable")
     adv.add_argument("--steps", required=True)
-    adv.add_argument("--scores", default=None, help="a round's scores.parquet: use its step and episode rewards")
+    adv.add_argument(
+        "--scores", default=None, help="a round's scores.parquet: use its step and episode rewards"
+    )
     adv.add_argument("--out", required=True)
     return parser
 

@@ -25,8 +25,10 @@ def _expand(field: str, low: int, high: int) -> set[int]:
             start = end = int(span)
         if not (low <= start <= high and low <= end <= high) or step < 1:
             raise ValueError(f"cron field {field!r} is outside {low}..{high}")
-        values |= set(range(start, end + 1, step)) if start <= end else set(range(start, high + 1, step)) | set(
-            range(low, end + 1, step)
+        values |= (
+            set(range(start, end + 1, step))
+            if start <= end
+            else set(range(start, high + 1, step)) | set(range(low, end + 1, step))
         )
     return values
 

@@ -41,7 +41,9 @@ def is_running(url: str, timeout_s: float = 1.0) -> bool:
 
 def graphql(url: str, query: str, variables: dict | None = None, timeout_s: float = 60.0) -> dict:
     body = json.dumps({"query": query, "variables": variables or {}}).encode()
-    request = urllib.request.Request(f"{url}/graphql", data=body, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/graphql", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         payload = json.loads(response.read())
     if payload.get("errors"):

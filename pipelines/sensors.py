@@ -11,7 +11,7 @@ rounds may start, e.g. only at night.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -37,16 +37,22 @@ def _in_flight(instance: dg.DagsterInstance, experiment: str, latest_key: str | 
     tagged = instance.get_runs(dg.RunsFilter(tags={EXPERIMENT_TAG: experiment}, statuses=IN_FLIGHT), limit=1)
     if tagged or latest_key is None:
         return bool(tagged)
-    return bool(instance.get_runs(dg.RunsFilter(tags={"dagster/partition": latest_key}, statuses=IN_FLIGHT), limit=1))
+    return bool(
+        instance.get_runs(dg.RunsFilter(tags={"dagster/partition": latest_key}, statuses=IN_FLIGHT), limit=1)
+    )
 
 
 def _finished(instance: dg.DagsterInstance, lineage: LineageResource, experiment: str, round_: int) -> bool:
-    runs = instance.get_runs(dg.RunsFilter(tags={"dagster/partition": round_key(experiment, round_)}), limit=1)
+    runs = instance.get_runs(
+        dg.RunsFilter(tags={"dagster/partition": round_key(experiment, round_)}), limit=1
+    )
     evaluated = any(e.round == round_ for e in lineage.store().evaluations(experiment))
     return evaluated and (not runs or runs[0].status == dg.DagsterRunStatus.SUCCESS)
 
 
-def next_rounds(instance: dg.DagsterInstance, lineage: LineageResource) -> tuple[list[dg.RunRequest], list[str]]:
+def next_rounds(
+    instance: dg.DagsterInstance, lineage: LineageResource
+) -> tuple[list[dg.RunRequest], list[str]]:
     """The run requests this tick should make, and why each other experiment waits."""
     requests, waiting = [], []
     known = _rounds_by_experiment(instance)
@@ -70,7 +76,7 @@ def next_rounds(instance: dg.DagsterInstance, lineage: LineageResource) -> tuple
            description="Adds each experiment's next round partition when the previous round finished.")  # fmt: skip
 def round_sensor(context: dg.SensorEvaluationContext, lineage: LineageResource):
     window = os.environ.get(WINDOW_ENV)
-    if not in_window(window, datetime.now(timezone.utc)):
+    if not in_window(window, datetime.now(UTC)):
         return dg.SkipReason(f"outside the round window {window!r} (UTC)")
     requests, waiting = next_rounds(context.instance, lineage)
     if not requests:

@@ -41,7 +41,9 @@ class LineageResource(dg.ConfigurableResource):
     def round_dir(self, experiment: str, round_: int) -> Path:
         return self.root / experiment / f"r{round_:03d}"
 
-    def table_path(self, experiment: str, round_: int, table: str, rescore_version: str | None = None) -> Path:
+    def table_path(
+        self, experiment: str, round_: int, table: str, rescore_version: str | None = None
+    ) -> Path:
         folder = self.round_dir(experiment, round_)
         if rescore_version:
             folder = folder / "rescore" / rescore_version

@@ -52,7 +52,9 @@ class TrackerResource(dg.ConfigurableResource):
         if runs:
             return runs[0].info.run_id
         run = client.create_run(
-            experiment_id, run_name=f"{experiment} round {round_}", tags={EXPERIMENT_TAG: experiment, ROUND_TAG: str(round_)}
+            experiment_id,
+            run_name=f"{experiment} round {round_}",
+            tags={EXPERIMENT_TAG: experiment, ROUND_TAG: str(round_)},
         )
         from mlflow.entities import Param
 

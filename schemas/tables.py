@@ -66,7 +66,9 @@ class StepsTable(pa.DataFrameModel):
 
     @pa.dataframe_check(error="completion_logprobs must have one value per completion token")
     def logprobs_align(cls, df: pd.DataFrame) -> pd.Series:
-        return pd.Series(_lengths(df["completion_logprobs"]) == _lengths(df["completion_ids"]), index=df.index)
+        return pd.Series(
+            _lengths(df["completion_logprobs"]) == _lengths(df["completion_ids"]), index=df.index
+        )
 
     @pa.check("step_reward", error="step_reward must be finite")
     def finite_reward(cls, values: Series[float]) -> Series[bool]:
@@ -118,7 +120,9 @@ class AdvantagesTable(pa.DataFrameModel):
 
     @pa.dataframe_check(error="completion_advantages must have one value per completion token")
     def tokens_align(cls, df: pd.DataFrame) -> pd.Series:
-        return pd.Series(_lengths(df["completion_advantages"]) == df["completion_length"].to_numpy(), index=df.index)
+        return pd.Series(
+            _lengths(df["completion_advantages"]) == df["completion_length"].to_numpy(), index=df.index
+        )
 
 
 class TrainingTable(pa.DataFrameModel):

@@ -15,11 +15,17 @@ def _row_label(frame: pd.DataFrame, row) -> str:
     if row is None or pd.isna(row):
         return "all rows"
     row = int(row)
-    ids = [f"{c}={getattr(frame.at[row, c], 'item', lambda v=frame.at[row, c]: v)()!r}" for c in ("episode_id", "step_idx") if c in frame.columns and row in frame.index]
+    ids = [
+        f"{c}={getattr(frame.at[row, c], 'item', lambda v=frame.at[row, c]: v)()!r}"
+        for c in ("episode_id", "step_idx")
+        if c in frame.columns and row in frame.index
+    ]
     return f"row {row}" + (f" ({', '.join(ids)})" if ids else "")
 
 
-def validate(schema: type[pa.DataFrameModel], frame: pd.DataFrame, table: str, max_cases: int = 5) -> pd.DataFrame:
+def validate(
+    schema: type[pa.DataFrameModel], frame: pd.DataFrame, table: str, max_cases: int = 5
+) -> pd.DataFrame:
     """Validate (and coerce) `frame`; raise `TableValidationError` naming table, column and row."""
     try:
         return schema.validate(frame, lazy=True)

@@ -10,7 +10,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
-    "creditline": {"dagster", "dagster_webserver", "dagster_graphql", "mlflow", "pipelines", "assets", "resources", "schemas"},
+    "creditline": {
+        "dagster",
+        "dagster_webserver",
+        "dagster_graphql",
+        "mlflow",
+        "pipelines",
+        "assets",
+        "resources",
+        "schemas",
+    },
     "schemas": {"dagster", "mlflow", "pipelines", "assets", "resources"},
     "resources": {"pipelines", "assets", "schemas"},
     "assets": {"pipelines"},

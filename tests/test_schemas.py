@@ -24,11 +24,20 @@ def test_a_good_steps_table_passes():
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda f: f.assign(step_idx=[0, 2, 0]), r"step_idx must run 0\.\.n-1.*row 1 \(episode_id='e:s0', step_idx=2\)"),
+        (
+            lambda f: f.assign(step_idx=[0, 2, 0]),
+            r"step_idx must run 0\.\.n-1.*row 1 \(episode_id='e:s0', step_idx=2\)",
+        ),
         (lambda f: f.assign(step_reward=[0.0, np.nan, 0.0]), r"column step_reward.*row 1"),
         (lambda f: f.assign(step_reward=[0.0, np.inf, 0.0]), r"step_reward must be finite.*row 1"),
-        (lambda f: f.assign(completion_logprobs=[[-0.1], [-0.2, -0.3], [-0.3]]), r"one value per completion token.*row 1"),
-        (lambda f: f.assign(anchor_key=["0123456789abcdef", "bad", "0123456789abcdef"]), r"column anchor_key.*row 1"),
+        (
+            lambda f: f.assign(completion_logprobs=[[-0.1], [-0.2, -0.3], [-0.3]]),
+            r"one value per completion token.*row 1",
+        ),
+        (
+            lambda f: f.assign(anchor_key=["0123456789abcdef", "bad", "0123456789abcdef"]),
+            r"column anchor_key.*row 1",
+        ),
         (lambda f: f.assign(step_idx=[0, 0, 0]), r"step_idx"),
         (lambda f: f.assign(extra=1), r"extra"),
     ],

@@ -46,7 +46,9 @@ class TorchEngine:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         generator = torch.Generator(self.device).manual_seed(params.seed)
 
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True
+        )
         cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
         position = position_ids[:, -1:]  # (B, 1)
         finished = torch.zeros(b, dtype=torch.bool, device=self.device)
@@ -72,7 +74,9 @@ class TorchEngine:
         return _completions(torch.stack(tokens, 1).cpu(), torch.stack(logprobs, 1).cpu(), self.eos_token_id)
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row from `logits` (B, V); return it and its log-prob (B,), (B,)."""
     logits = logits.float()
     if params.temperature <= 0:
@@ -96,5 +100,7 @@ def _completions(tokens: torch.Tensor, logprobs: torch.Tensor, eos: int) -> list
     for row_tokens, row_logprobs in zip(tokens.tolist(), logprobs.tolist(), strict=True):
         end = row_tokens.index(eos) + 1 if eos in row_tokens else len(row_tokens)
         reason = "stop" if eos in row_tokens else "length"
-        result.append(Completion(token_ids=row_tokens[:end], logprobs=row_logprobs[:end], finish_reason=reason))
+        result.append(
+            Completion(token_ids=row_tokens[:end], logprobs=row_logprobs[:end], finish_reason=reason)
+        )
     return result

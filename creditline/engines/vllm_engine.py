@@ -16,7 +16,9 @@ from creditline.engines.base import Completion, SamplingParams
 
 
 class VLLMEngine:
-    def __init__(self, folder: str | Path, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1):
+    def __init__(
+        self, folder: str | Path, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1
+    ):
         try:
             import vllm
         except ImportError as exc:  # pragma: no cover - depends on the machine

@@ -146,4 +146,17 @@ class MazeEnv:
 
     @staticmethod
     def vocabulary() -> list[str]:
-        return ["pos", "key", "door", "have", "yes", "no", "go", "last", "none", "invalid", *MOVES, *[str(d) for d in range(10)]]
+        return [
+            "pos",
+            "key",
+            "door",
+            "have",
+            "yes",
+            "no",
+            "go",
+            "last",
+            "none",
+            "invalid",
+            *MOVES,
+            *[str(d) for d in range(10)],
+        ]

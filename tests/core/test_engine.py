@@ -25,7 +25,10 @@ def test_kv_cache_with_left_padding_matches_a_full_forward(tiny_policy):
     """Sampling log-probs from the cached, left-padded batch equal a plain forward over each sequence."""
     engine, tokenizer = make_engine(tiny_policy)
     model = tiny_policy[0]
-    prompts = [encode_prompt(tokenizer, "1 + 2 ="), encode_prompt(tokenizer, "pos 1 2 key 3 4 door 0 0 have no")]
+    prompts = [
+        encode_prompt(tokenizer, "1 + 2 ="),
+        encode_prompt(tokenizer, "pos 1 2 key 3 4 door 0 0 have no"),
+    ]
     completions = engine.generate(prompts, SamplingParams(temperature=0.7, max_new_tokens=5, seed=1))
     for prompt, completion in zip(prompts, completions, strict=True):
         ids = torch.tensor([prompt + completion.token_ids])
@@ -49,7 +52,11 @@ def test_completions_are_cut_after_the_first_eos():
     tokens = torch.tensor([[5, 2, 0, 0], [7, 8, 9, 6]])  # EOS = 2; row 0 stops, row 1 runs to the limit
     logprobs = torch.tensor([[-0.1, -0.2, 0.0, 0.0], [-1.0, -2.0, -3.0, -4.0]])
     first, second = _completions(tokens, logprobs, eos=2)
-    assert first.token_ids == [5, 2] and first.logprobs == pytest.approx([-0.1, -0.2]) and first.finish_reason == "stop"
+    assert (
+        first.token_ids == [5, 2]
+        and first.logprobs == pytest.approx([-0.1, -0.2])
+        and first.finish_reason == "stop"
+    )
     assert second.token_ids == [7, 8, 9, 6] and second.finish_reason == "length"
 
 
@@ -62,5 +69,7 @@ def test_top_p_keeps_only_the_nucleus(tiny_policy):
     order = probs.argsort(descending=True)
     top_p = float(probs[order[0]] + probs[order[1]]) - 1e-6  # nucleus = the two most likely tokens
     allowed = {int(order[0]), int(order[1])}
-    completions = engine.generate([prompt] * 200, SamplingParams(temperature=1.0, top_p=top_p, max_new_tokens=1, seed=0))
+    completions = engine.generate(
+        [prompt] * 200, SamplingParams(temperature=1.0, top_p=top_p, max_new_tokens=1, seed=0)
+    )
     assert {c.token_ids[0] for c in completions} <= allowed

@@ -71,7 +71,7 @@ def test_door_without_key_does_not_solve():
     env = MazeEnv(size=5, max_steps=50)
     env.reset(2, seed=0)
     door, key = env._layout.door, env._layout.key
-    for action, (dx, dy) in [("right", (-1, 0)), ("left", (1, 0)), ("down", (0, -1)), ("up", (0, 1))]:
+    for action, (dx, dy) in [("right", (-1, 0)), ("left", (1, 0)), ("down", (0, -1)), ("up", (0, 1))]:  # noqa: B007 (used after the loop)
         neighbour = (door[0] + dx, door[1] + dy)
         if 0 <= neighbour[0] < 5 and 0 <= neighbour[1] < 5 and neighbour != key:
             break

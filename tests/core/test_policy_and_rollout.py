@@ -14,7 +14,9 @@ def test_checkpoint_is_a_plain_hf_folder_that_transformers_loads(tiny_policy_dir
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= names
     model = AutoModelForCausalLM.from_pretrained(tiny_policy_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy_dir)
-    assert tokenizer.decode(tokenizer.encode("pos 1 2 have no", add_special_tokens=False)) == "pos 1 2 have no"
+    assert (
+        tokenizer.decode(tokenizer.encode("pos 1 2 have no", add_special_tokens=False)) == "pos 1 2 have no"
+    )
     assert model.config.vocab_size == len(tokenizer)
 
 
@@ -38,7 +40,10 @@ def test_rollouts_are_deterministic_down_to_the_file_hash(tiny_policy, tmp_path)
                             SamplingParams(temperature=1.0, max_new_tokens=1, seed=7))  # fmt: skip
 
     first, second = play(), play()
-    hashes = [write_parquet_atomic(t.steps, tmp_path / f"{i}.parquet").content_hash for i, t in enumerate((first, second))]
+    hashes = [
+        write_parquet_atomic(t.steps, tmp_path / f"{i}.parquet").content_hash
+        for i, t in enumerate((first, second))
+    ]
     assert hashes[0] == hashes[1]
     steps, episodes = first.steps, first.episodes
     assert len(episodes) == 8 and episodes["episode_id"].iloc[0] == "exp:r3:t5:s0"

@@ -17,7 +17,9 @@ def tables():
 
 def test_step_and_episode_criteria_combine_by_weight():
     episodes, steps = tables()
-    rubric = Rubric("r", (Criterion("env", env_reward, "step", 1.0), Criterion("win", success, "episode", 0.5)))
+    rubric = Rubric(
+        "r", (Criterion("env", env_reward, "step", 1.0), Criterion("win", success, "episode", 0.5))
+    )
     frame = score(rubric, episodes, steps)
     # step rewards: only step criteria → [-0.1, 1.0, -0.1]
     assert frame["step_reward"].tolist() == pytest.approx([-0.1, 1.0, -0.1])
@@ -46,7 +48,9 @@ def test_group_total_is_the_sum_and_advantages_come_from_the_total():
     steps = pd.DataFrame({"episode_id": ["a", "b"], "group_id": ["g", "g"], "step_idx": [0, 0],
                           "step_reward": [0.0, 0.0], "anchor_key": ["x", "x"]})  # fmt: skip
     child_a = Rubric("a", (Criterion("won", success, "episode"),))
-    child_b = Rubric("b", (Criterion("lost", lambda episodes, steps: 1.0 - success(episodes, steps), "episode"),))
+    child_b = Rubric(
+        "b", (Criterion("lost", lambda episodes, steps: 1.0 - success(episodes, steps), "episode"),)
+    )
     group = RubricGroup("both", (child_a, child_b))
     frame = score(group, episodes, steps)
     assert frame["episode_reward"].tolist() == [1.0, 1.0]

@@ -24,13 +24,17 @@ def test_clipped_loss_by_hand():
 def test_unclipped_gradient_is_advantage_weighted_score():
     # at ratio 1 the gradient of the loss wrt logp is −A/N for each token
     logp = torch.zeros(1, 2, requires_grad=True)
-    loss, _ = clipped_pg_loss(logp, torch.zeros(1, 2), torch.tensor([[2.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool), 0.2)
+    loss, _ = clipped_pg_loss(
+        logp, torch.zeros(1, 2), torch.tensor([[2.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool), 0.2
+    )
     loss.backward()
     assert logp.grad[0].tolist() == pytest.approx([-1.0, 0.5])
 
 
 def test_pack_places_targets_after_the_prompt():
-    batch = pack([[1, 10, 11], [1, 12]], [[20], [21, 2]], [[-0.5], [-0.1, -0.2]], [[1.0], [-1.0, -1.0]], pad_token_id=0)
+    batch = pack(
+        [[1, 10, 11], [1, 12]], [[20], [21, 2]], [[-0.5], [-0.1, -0.2]], [[1.0], [-1.0, -1.0]], pad_token_id=0
+    )
     assert batch.input_ids.tolist() == [[1, 10, 11, 20], [1, 12, 21, 2]]
     # logits at index j predict token j+1: row 0's completion token (index 3) is predicted at index 2
     assert batch.completion_mask.tolist() == [[False, False, True, False], [False, True, True, False]]
@@ -42,13 +46,21 @@ def test_pack_places_targets_after_the_prompt():
 
 def test_training_raises_the_probability_of_positive_advantage_tokens(tiny_policy):
     model, tokenizer = tiny_policy
-    prompt = [tokenizer.bos_token_id, *tokenizer.encode("pos 1 1 key 2 2 door 3 3 have no", add_special_tokens=False)]
+    prompt = [
+        tokenizer.bos_token_id,
+        *tokenizer.encode("pos 1 1 key 2 2 door 3 3 have no", add_special_tokens=False),
+    ]
     up, down = tokenizer.convert_tokens_to_ids("up"), tokenizer.convert_tokens_to_ids("down")
     batch = pack([prompt, prompt], [[up], [down]], [[0.0], [0.0]], [[1.0], [-1.0]], tokenizer.pad_token_id)
     with torch.no_grad():
         before, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, 1.0)
-    batch = pack([prompt, prompt], [[up], [down]], [[float(before[0, len(prompt) - 1])], [float(before[1, len(prompt) - 1])]],
-                 [[1.0], [-1.0]], tokenizer.pad_token_id)
+    batch = pack(
+        [prompt, prompt],
+        [[up], [down]],
+        [[float(before[0, len(prompt) - 1])], [float(before[1, len(prompt) - 1])]],
+        [[1.0], [-1.0]],
+        tokenizer.pad_token_id,
+    )
     metrics, state = train(model, batch, TrainConfig(learning_rate=1e-2, epochs=3, minibatches=1))
     with torch.no_grad():
         after, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, 1.0)

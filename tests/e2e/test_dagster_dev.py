@@ -93,14 +93,23 @@ def test_sensor_advances_two_rounds_and_a_backfill_rescores_them(dagster_dev):
     assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
 
     store = LineageStore(data_root / "lineage.duckdb")
-    wait_for(lambda: {e.round for e in store.evaluations(EXPERIMENT)} >= {0, 1, 2}, 600, "two rounds by the sensor", log)
+    wait_for(
+        lambda: {e.round for e in store.evaluations(EXPERIMENT)} >= {0, 1, 2},
+        600,
+        "two rounds by the sensor",
+        log,
+    )
 
     version = RUBRICS["env-efficient"].version
-    launched = cli(env, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient", "--dagster-url", url)
+    launched = cli(
+        env, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient", "--dagster-url", url
+    )
     assert launched.returncode == 0 and "launched backfill" in launched.stdout, launched.stderr
 
     def rescored():
-        return {a.round for a in store.artifacts(EXPERIMENT, kind="rescore_comparison") if a.variant == version}
+        return {
+            a.round for a in store.artifacts(EXPERIMENT, kind="rescore_comparison") if a.variant == version
+        }
 
     wait_for(lambda: rescored() == {1, 2}, 600, "the re-score backfill", log)
 

@@ -55,8 +55,12 @@ def test_round_two_is_generated_by_round_one_and_round_one_by_the_initial_policy
     store = LineageStore(data_root / "lineage.duckdb")
     initial = store.initial_policy(EXPERIMENT)
     first, second = (store.artifact(EXPERIMENT, r, "checkpoint") for r in (1, 2))
-    assert (initial.content_hash, "generated_by") in store.parents(store.artifact(EXPERIMENT, 1, "steps").content_hash)
-    assert (first.content_hash, "generated_by") in store.parents(store.artifact(EXPERIMENT, 2, "steps").content_hash)
+    assert (initial.content_hash, "generated_by") in store.parents(
+        store.artifact(EXPERIMENT, 1, "steps").content_hash
+    )
+    assert (first.content_hash, "generated_by") in store.parents(
+        store.artifact(EXPERIMENT, 2, "steps").content_hash
+    )
     assert store.artifact(EXPERIMENT, 2, "steps").meta["parent_checkpoint"] == first.content_hash
     assert (first.content_hash, "initialized_from") in store.parents(second.content_hash)
     assert len({initial.content_hash, first.content_hash, second.content_hash}) == 3
@@ -75,7 +79,10 @@ def test_mlflow_has_one_run_per_round_with_metrics_tags_and_plot(finished):
         round_ = int(run.data.tags["creditline.round"])
         assert "evaluation/success_rate" in run.data.metrics
         assert run.data.params["advantages.estimator"] == "gigpo"
-        assert run.data.tags["data_version.evaluation"] == store.artifact(EXPERIMENT, round_, "evaluation").content_hash
+        assert (
+            run.data.tags["data_version.evaluation"]
+            == store.artifact(EXPERIMENT, round_, "evaluation").content_hash
+        )
         assert "success_by_round.png" in [a.path for a in client.list_artifacts(run.info.run_id)]
         assert {r.mlflow_run_id for r in store.runs(EXPERIMENT, round_)} == {run.info.run_id}
 
@@ -90,7 +97,10 @@ def test_dagster_instance_shows_both_rounds_materialized(finished):
         for run in store.runs(EXPERIMENT):
             assert instance.get_run_by_id(run.dagster_run_id) is not None
         event = instance.get_latest_materialization_event(dg.AssetKey("steps"))
-        assert event.asset_materialization.tags["dagster/data_version"] == store.artifact(EXPERIMENT, 2, "steps").content_hash
+        assert (
+            event.asset_materialization.tags["dagster/data_version"]
+            == store.artifact(EXPERIMENT, 2, "steps").content_hash
+        )
 
 
 def test_report_json_lists_the_initial_policy_first(finished):
@@ -128,7 +138,9 @@ def test_running_again_adds_nothing_and_a_changed_config_is_refused(finished, tm
     assert store.artifacts(EXPERIMENT) == before
     changed = tmp_path / "changed.toml"
     changed.write_text(TINY.read_text().replace("group_size = 4", "group_size = 2"))
-    refused = creditline(data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(changed))
+    refused = creditline(
+        data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(changed)
+    )
     assert refused.returncode == 2 and EXPERIMENT in refused.stderr
     assert store.artifacts(EXPERIMENT) == before
 
@@ -174,7 +186,9 @@ def test_advantages_command_on_a_finished_rounds_files(finished, tmp_path):
     recorded = pd.read_parquet(store.artifact(EXPERIMENT, 2, "advantages").path)
     merged = pd.read_parquet(gigpo).merge(recorded, on=["episode_id", "step_idx"], suffixes=("", "_recorded"))
     assert np.allclose(merged["advantage"], merged["advantage_recorded"])
-    bad = creditline(data_root, "advantages", "--estimator", "nope", "--steps", steps, "--out", str(tmp_path / "x.parquet"))
+    bad = creditline(
+        data_root, "advantages", "--estimator", "nope", "--steps", steps, "--out", str(tmp_path / "x.parquet")
+    )
     assert bad.returncode == 2 and "nope" in bad.stderr
 
 
@@ -182,8 +196,16 @@ def test_rescore_twice_gives_identical_hashes_and_no_duplicate_rows(finished):
     import duckdb
 
     data_root, _ = finished
-    first = creditline(data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient",
-                       "--dagster-url", "http://127.0.0.1:9")  # nothing listens there: runs in-process
+    first = creditline(
+        data_root,
+        "rescore",
+        "--experiment",
+        EXPERIMENT,
+        "--rubric",
+        "env-efficient",
+        "--dagster-url",
+        "http://127.0.0.1:9",
+    )  # nothing listens there: runs in-process
     assert first.returncode == 0, first.stderr
     store = LineageStore(data_root / "lineage.duckdb")
     kinds = ("rescore_scores", "rescore_advantages", "rescore_comparison")
@@ -195,7 +217,12 @@ def test_rescore_twice_gives_identical_hashes_and_no_duplicate_rows(finished):
     after = {(a.round, a.kind): a.content_hash for a in store.artifacts(EXPERIMENT) if a.kind in kinds}
     assert after == before
     with duckdb.connect(str(data_root / "lineage.duckdb"), read_only=True) as con:
-        assert con.execute("SELECT count(*) - count(DISTINCT (child_hash, parent_hash)) FROM lineage").fetchone()[0] == 0
+        assert (
+            con.execute(
+                "SELECT count(*) - count(DISTINCT (child_hash, parent_hash)) FROM lineage"
+            ).fetchone()[0]
+            == 0
+        )
         dupes = con.execute("SELECT count(*) FROM (SELECT experiment, round, kind, variant, count(*) c FROM artifacts "
                             "GROUP BY ALL HAVING c > 1)").fetchone()[0]  # fmt: skip
         assert dupes == 0
@@ -203,6 +230,10 @@ def test_rescore_twice_gives_identical_hashes_and_no_duplicate_rows(finished):
                                 next(a.variant for a in store.artifacts(EXPERIMENT, 1, "rescore_scores"))).variant)  # fmt: skip
     assert 0.0 <= comparison.meta["sign_flip_share"] <= 1.0
     report = json.loads(creditline(data_root, "lineage", "--experiment", EXPERIMENT, "--json").stdout)
-    versions = {a["detail"].get("rubric_version") for a in report["artifacts"] if a["kind"] in ("scores", "rescore_scores")}
+    versions = {
+        a["detail"].get("rubric_version")
+        for a in report["artifacts"]
+        if a["kind"] in ("scores", "rescore_scores")
+    }
     assert len(versions) == 2  # the training rubric and the re-scored one, side by side
     assert creditline(data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "nope").returncode != 0

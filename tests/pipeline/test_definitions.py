@@ -12,12 +12,17 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_definitions_hold_the_round_graph_in_order():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == {"episodes", "steps", "scores", "advantages", "checkpoint", "evaluation"}
+    assert keys == {"episodes", "steps", "scores", "advantages", "checkpoint", "evaluation", "rescored_scores",
+                    "rescored_advantages"}
     upstream = {k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys} for k in keys}
     assert upstream["scores"] == {"episodes", "steps"}
     assert upstream["advantages"] == {"steps", "scores"}
     assert upstream["checkpoint"] == {"steps", "advantages"}
     assert upstream["evaluation"] == {"checkpoint"}
+    # the re-score branch reads the round but feeds nothing the round trains on
+    assert upstream["rescored_scores"] == {"episodes", "steps"}
+    assert "rescored_scores" in upstream["rescored_advantages"]
+    assert not any(k.startswith("rescored") for k in upstream["checkpoint"] | upstream["advantages"])
     for key in keys:
         assert graph.get(dg.AssetKey(key)).code_version, key
     assert defs.resolve_job_def(ROUND_JOB) is not None
@@ -27,3 +32,12 @@ def test_dagster_definitions_validate_passes():
     result = subprocess.run([str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_rescore_partitions_are_every_registered_rubric_version_per_round():
+    from assets import RESCORE
+    from creditline.rubrics import RUBRICS
+
+    rubric_dimension = next(d for d in RESCORE.partitions_defs if d.name == "rubric")
+    assert set(rubric_dimension.partitions_def.get_partition_keys()) == {r.version for r in RUBRICS.values()}
+    assert {d.name for d in RESCORE.partitions_defs} == {"round", "rubric"}

@@ -29,7 +29,10 @@ def test_data_versions_are_the_recorded_content_hashes(tmp_path):
         assert result.success
         for asset in ("episodes", "steps", "scores", "advantages", "checkpoint", "evaluation"):
             event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-            assert event.asset_materialization.tags["dagster/data_version"] == store.artifact("assets-ok", 1, asset).content_hash
+            assert (
+                event.asset_materialization.tags["dagster/data_version"]
+                == store.artifact("assets-ok", 1, asset).content_hash
+            )
         checks = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         assert len(checks) == 6 and all(e.event_specific_data.passed for e in checks)
 
@@ -46,7 +49,9 @@ def test_a_bad_score_table_stops_the_round_before_training(tmp_path, monkeypatch
         result, store = run_round(tmp_path, "assets-bad", 1, instance)
         assert not result.success
         failure = next(e for e in result.all_events if e.is_step_failure)
-        assert "criterion 'env_reward' gave a non-finite value at steps row 1" in str(failure.event_specific_data.error)
+        assert "criterion 'env_reward' gave a non-finite value at steps row 1" in str(
+            failure.event_specific_data.error
+        )
         kinds = {a.kind for a in store.artifacts("assets-bad", 1)}
         assert kinds == {"episodes", "steps"}  # nothing after the bad table was written or recorded
         assert store.artifact("assets-bad", 1, "checkpoint") is None

@@ -68,6 +68,8 @@ def test_sensor_starts_advances_and_stops_each_experiment_on_its_own(tmp_path):
 def test_sensor_waits_outside_its_window(tmp_path, monkeypatch):
     monkeypatch.setenv("CREDITLINE_ROUND_WINDOW", "0 0 1 1 *")  # only one minute a year
     with dg.instance_for_test() as instance:
-        context = dg.build_sensor_context(instance=instance, resources={"lineage": LineageResource(data_root=str(tmp_path))})
+        context = dg.build_sensor_context(
+            instance=instance, resources={"lineage": LineageResource(data_root=str(tmp_path))}
+        )
         result = round_sensor(context)
     assert isinstance(result, dg.SkipReason) and "outside the round window" in result.skip_message
