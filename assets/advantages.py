@@ -55,18 +55,7 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         "abs_mean": float(frame["advantage"].abs().mean()),
         "nonzero_share": float((frame["advantage"] != 0).mean()),
     }
-    log_round(
-        tracker,
-        lineage,
-        context,
-        experiment,
-        round_,
-        config.to_dict(),
-        "advantages",
-        VERSION,
-        record,
-        metrics,
-    )
+    log_round(context, lineage, tracker, "advantages", VERSION, record, metrics)
     return materialized(
         record,
         estimator=settings.estimator,

@@ -63,18 +63,7 @@ def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         "entropy": metrics[-1]["entropy"],
         "updates": len(metrics),
     }
-    log_round(
-        tracker,
-        lineage,
-        context,
-        experiment,
-        round_,
-        config.to_dict(),
-        "checkpoint",
-        VERSION,
-        record,
-        summary,
-    )
+    log_round(context, lineage, tracker, "checkpoint", VERSION, record, summary)
     return materialized(
         record, parent_checkpoint=parent.content_hash, training_table=training.content_hash, **summary
     )

@@ -9,7 +9,6 @@ import dagster as dg
 import creditline.evaluation
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import code_version, log_round, materialized, persist_table
-from creditline.envs import make_env
 from creditline.evaluation import evaluate
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
@@ -25,7 +24,7 @@ def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, r
     verify_checkpoint(policy)
     episodes, summary = evaluate(
         engine.load(policy.path, config.rollouts), load_tokenizer(policy.path),
-        lambda: make_env(config.env.name, **config.env.params), config.name, round_,
+        config.env.build, config.name, round_,
         config.eval.num_tasks, config.rollouts.max_new_tokens,
     )  # fmt: skip
     table = episodes[["episode_id", "task_id", "num_steps", "success", "env_return", "stop_reason"]].assign(
@@ -74,9 +73,8 @@ def evaluation(
     os.replace(partial, plot_path)
     summary = dict(record.meta)
     baseline = history[0].success_rate
-    log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "evaluation", VERSION, record,
-              {k: summary[k] for k in ("success_rate", "mean_return", "mean_steps", "invalid_action_rate")},
-              artifacts=[str(plot_path)])  # fmt: skip
+    metrics = {k: summary[k] for k in ("success_rate", "mean_return", "mean_steps", "invalid_action_rate")}
+    log_round(context, lineage, tracker, "evaluation", VERSION, record, metrics, artifacts=[str(plot_path)])
     return materialized(
         record, success_rate=summary["success_rate"], mean_return=summary["mean_return"],
         invalid_action_rate=summary["invalid_action_rate"], success_gain_over_initial=summary["success_rate"] - baseline,

@@ -84,21 +84,6 @@ def persist_table(
     )
 
 
-def record_run(
-    context,
-    lineage: LineageResource,
-    experiment: str,
-    round_: int,
-    asset: str,
-    version: str,
-    mlflow_run_id: str | None,
-    config: dict,
-) -> None:
-    lineage.store().record_run(
-        RunRecord(context.run_id, experiment, round_, asset, mlflow_run_id, version, config)
-    )
-
-
 def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadata) -> dg.MaterializeResult:
     """The Dagster result: the content hash as data version, plus what a person wants to see."""
     return dg.MaterializeResult(
@@ -114,25 +99,25 @@ def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadat
 
 
 def log_round(
-    tracker: TrackerResource,
-    lineage: LineageResource,
     context,
-    experiment: str,
-    round_: int,
-    config: dict,
+    lineage: LineageResource,
+    tracker: TrackerResource,
     asset: str,
     version: str,
     record: ArtifactRecord,
     metrics: dict[str, float],
     artifacts: list[str] | None = None,
 ) -> str:
-    """Add an asset's metrics and data version to the round's MLflow run and link the run in DuckDB."""
-    run_id = tracker.round_run(experiment, round_, config)
+    """Add an asset's metrics and data version to its round's MLflow run and link the run in DuckDB."""
+    config = lineage.experiment(record.experiment).to_dict()
+    run_id = tracker.round_run(record.experiment, record.round, config)
     tracker.log(
         run_id,
         metrics={f"{asset}/{k}": v for k, v in metrics.items()},
         tags={f"dagster_run_id.{asset}": context.run_id, f"data_version.{asset}": record.content_hash},
         artifacts=artifacts,
     )
-    record_run(context, lineage, experiment, round_, asset, version, run_id, config)
+    lineage.store().record_run(
+        RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, config)
+    )
     return run_id

@@ -84,8 +84,7 @@ def rescored_advantages(
         parents=[(record.content_hash, "compares"), (trained_record.content_hash, "compares")], meta=summary,
     )  # fmt: skip
     metrics = {f"{version}.{k}": v for k, v in vars(comparison).items() if isinstance(v, float)}
-    log_round(tracker, lineage, context, experiment, round_, config.to_dict(), "rescore", ADVANTAGES_VERSION,
-              compared, metrics)  # fmt: skip
+    log_round(context, lineage, tracker, "rescore", ADVANTAGES_VERSION, compared, metrics)
     return materialized(
         record,
         rubric_version=version,

@@ -9,7 +9,6 @@ import creditline.rollout
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import code_version, log_round, materialized, persist_table
 from creditline.engines import SamplingParams
-from creditline.envs import make_env
 from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint
 from creditline.policy import load_tokenizer
 from creditline.rollout import run_episodes
@@ -54,7 +53,7 @@ def rollouts(
     settings = config.rollouts
     tables = run_episodes(
         engine.load(parent.path, settings), load_tokenizer(parent.path),
-        lambda: make_env(config.env.name, **config.env.params), experiment, round_,
+        config.env.build, experiment, round_,
         training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
         SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens, config.seed),
     )  # fmt: skip
@@ -83,9 +82,7 @@ def rollouts(
         "valid_action_rate": float(tables.steps["valid_action"].mean()),
         "steps_per_episode": float(tables.episodes["num_steps"].mean()),
     }
-    log_round(
-        tracker, lineage, context, experiment, round_, config.to_dict(), "rollouts", VERSION, steps, metrics
-    )
+    log_round(context, lineage, tracker, "rollouts", VERSION, steps, metrics)
     context.log.info(
         f"{experiment} round {round_}: {len(tables.episodes)} episodes, {len(tables.steps)} steps, "
         f"success {metrics['success_rate']:.3f}, parent {parent.content_hash[:12]}"

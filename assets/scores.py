@@ -35,7 +35,5 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
         "episode_reward_mean": float(episode_reward.mean()),
         "episode_reward_std": float(episode_reward.std()),
     }
-    log_round(
-        tracker, lineage, context, experiment, round_, config.to_dict(), "scores", VERSION, record, metrics
-    )
+    log_round(context, lineage, tracker, "scores", VERSION, record, metrics)
     return materialized(record, rubric_version=rubric.version, **metrics)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from creditline.envs import Environment, make_env
 from creditline.trainer import TrainConfig
 
 EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -31,6 +32,10 @@ class EnvSettings:
         default_factory=lambda: {"size": 5, "max_steps": 16, "invalid_penalty": 0.1, "progress_reward": 0.1,
                                  "view": "relative"}
     )  # fmt: skip
+
+    def build(self) -> Environment:
+        """A fresh environment instance (rollouts make one per episode)."""
+        return make_env(self.name, **self.params)
 
 
 @dataclass(frozen=True)

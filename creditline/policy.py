@@ -85,9 +85,7 @@ def load_policy(folder: str | Path, device: str = "cpu") -> tuple[torch.nn.Modul
     folder = Path(folder)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder} is not a HF checkpoint folder (no config.json)")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
     return model, tokenizer
 

@@ -12,8 +12,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_definitions_hold_the_round_graph_in_order():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == {"episodes", "steps", "scores", "advantages", "checkpoint", "evaluation", "rescored_scores",
-                    "rescored_advantages"}
+    assert keys == {
+        "episodes",
+        "steps",
+        "scores",
+        "advantages",
+        "checkpoint",
+        "evaluation",
+        "rescored_scores",
+        "rescored_advantages",
+    }
     upstream = {k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys} for k in keys}
     assert upstream["scores"] == {"episodes", "steps"}
     assert upstream["advantages"] == {"steps", "scores"}
