@@ -11,12 +11,18 @@ class TableValidationError(ValueError):
     """A table broke its schema; the message names the table, the columns, rows and values."""
 
 
+def _plain(value):
+    """numpy scalars print as `np.int64(2)`; people want `2`."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def _row_label(frame: pd.DataFrame, row) -> str:
+    """`row 17 (episode_id='...', step_idx=3)`: the position and the ids that find the row again."""
     if row is None or pd.isna(row):
         return "all rows"
     row = int(row)
     ids = [
-        f"{c}={getattr(frame.at[row, c], 'item', lambda v=frame.at[row, c]: v)()!r}"
+        f"{c}={_plain(frame.at[row, c])!r}"
         for c in ("episode_id", "step_idx")
         if c in frame.columns and row in frame.index
     ]

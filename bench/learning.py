@@ -1,0 +1,103 @@
+"""Learning benchmark: rounds to +0.30 held-out success, GiGPO vs GRPO, on the default experiment.
+
+Runs the same core calls as the round assets (rollouts → rubric → advantages → clipped PG update →
+greedy evaluation), without Dagster, DuckDB or MLflow, so it measures learning and the core loop's
+speed alone. For each seed and estimator it prints the first round whose held-out success exceeds the
+initial policy's by 0.30, the success at the last round, and seconds per round; then a side-by-side
+summary (GiGPO's rounds to threshold against GRPO's).
+
+    .venv/bin/python bench/learning.py [--seeds 0 1 2] [--rounds 20] [--eval-tasks 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from assets.advantages import advantage_table
+from creditline.config import AdvantageSettings, ExperimentConfig
+from creditline.engines import SamplingParams, TorchEngine
+from creditline.evaluation import evaluate
+from creditline.ids import derive_seed
+from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy
+from creditline.rollout import run_episodes
+from creditline.rubrics import get_rubric
+from creditline.tasks import training_task_ids
+from creditline.trainer import pack, train
+
+ESTIMATORS = {
+    "gigpo": AdvantageSettings(),
+    "grpo": AdvantageSettings("grpo", {"norm_by_std": True}),
+}
+
+
+def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
+    folder = Path(tempfile.mkdtemp()) / "policy"
+    build_tiny_policy(folder, TinyPolicyConfig(seed=config.seed))
+    model, tokenizer = load_policy(folder)
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    settings = config.rollouts
+    rubric = get_rubric(config.rubric)
+
+    def held_out(round_: int) -> float:
+        return evaluate(
+            engine, tokenizer, config.env.build, config.name, round_, eval_tasks, settings.max_new_tokens
+        )[1].success_rate
+
+    initial, curve, optimizer_state = held_out(0), [], None
+    start = time.perf_counter()
+    for round_ in range(1, rounds + 1):
+        tables = run_episodes(
+            engine, tokenizer, config.env.build, config.name, round_,
+            training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
+            SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens, config.seed),
+        )  # fmt: skip
+        scores = rubric.score(tables.episodes, tables.steps)
+        advantages = advantage_table(
+            tables.steps, scores, config.advantages.estimator, config.advantages.params
+        )
+        rows = tables.steps.merge(
+            advantages[["episode_id", "step_idx", "completion_advantages"]], on=["episode_id", "step_idx"]
+        )
+        batch = pack(rows["prompt_ids"], rows["completion_ids"], rows["completion_logprobs"],
+                     rows["completion_advantages"], tokenizer.pad_token_id)  # fmt: skip
+        train_config = replace(
+            config.train, temperature=settings.temperature, seed=derive_seed(config.seed, round_, "train")
+        )
+        _, optimizer_state = train(model, batch, train_config, optimizer_state)
+        curve.append(held_out(round_))
+    seconds = (time.perf_counter() - start) / rounds
+    first = next((i + 1 for i, s in enumerate(curve) if s >= initial + 0.30), None)
+    return {"initial": initial, "curve": curve, "first": first, "seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--eval-tasks", type=int, default=100)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    results: dict[tuple[str, int], dict] = {}
+    print(f"{'estimator':<8} {'seed':>4} {'initial':>7} {'≥+0.30 at':>9} {'last':>5} {'s/round':>7}  curve")
+    for seed in args.seeds:
+        for name, advantages in ESTIMATORS.items():
+            config = replace(ExperimentConfig(), name=f"bench-{name}", seed=seed, advantages=advantages)
+            result = results[(name, seed)] = run(config, args.rounds, args.eval_tasks)
+            curve = " ".join(f"{s:.2f}" for s in result["curve"])
+            print(f"{name:<8} {seed:>4} {result['initial']:>7.2f} {str(result['first']):>9} "
+                  f"{result['curve'][-1]:>5.2f} {result['seconds']:>7.1f}  {curve}", flush=True)  # fmt: skip
+    print("\nrounds to +0.30 (None = not within the run):")
+    for seed in args.seeds:
+        gigpo, grpo = results[("gigpo", seed)]["first"], results[("grpo", seed)]["first"]
+        ratio = f"{grpo / gigpo:.2f}×" if gigpo and grpo else "n/a"
+        print(f"  seed {seed}: gigpo {gigpo}, grpo {grpo}  (grpo/gigpo = {ratio})")
+
+
+if __name__ == "__main__":
+    main()
