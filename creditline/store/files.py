@@ -16,7 +16,8 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
+import itertools
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,9 +94,15 @@ def config_hash(config: Any) -> str:
 # --- atomic writes -----------------------------------------------------------------------------------
 
 
+_TEMP_COUNTER = itertools.count()
+
+
 def _temp_sibling(path: Path, tag: str) -> Path:
-    """A hidden, unique name in the same folder as ``path`` (same file system, so rename is atomic)."""
-    return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    """A hidden name in the same folder as ``path`` (same file system, so rename is atomic).
+
+    Unique per process (pid), thread and call (a counter): concurrent writers never share a temp name.
+    """
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{threading.get_ident()}-{next(_TEMP_COUNTER)}")
 
 
 def _fsync_directory(path: Path) -> None:
