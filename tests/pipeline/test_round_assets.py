@@ -14,9 +14,9 @@ TINY = {"rollouts": {"tasks_per_round": 2, "group_size": 3}, "train": {"epochs":
         "eval": {"num_tasks": 4}}  # fmt: skip
 
 
-def run_round(data_root, name, round_, instance):
+def run_round(data_root, name, round_, instance, **overrides):
     store = LineageStore(data_root / "lineage.duckdb")
-    store.register_experiment(name, from_dict({**TINY, "name": name}).to_dict())
+    store.register_experiment(name, from_dict({**TINY, "name": name, **overrides}).to_dict())
     key = round_key(name, round_)
     instance.add_dynamic_partitions("rounds", [key])
     job = make_definitions(str(data_root)).resolve_job_def(ROUND_JOB)
@@ -64,3 +64,22 @@ def test_round_keys_round_trip(key):
 
     experiment, round_ = parse_round_key(key)
     assert round_key(experiment, round_) == key
+
+
+def test_the_experiment_chooses_its_estimator_and_lineage_and_mlflow_record_it(tmp_path):
+    import mlflow
+
+    from creditline.advantages import params_hash
+
+    params = {"mode": "mean_norm", "gamma": 0.9, "history_length": 1}
+    with dg.instance_for_test() as instance:
+        result, store = run_round(tmp_path, "assets-hgpo", 1, instance, advantages={"estimator": "hgpo", "params": params})
+        assert result.success
+    record = store.artifact("assets-hgpo", 1, "advantages")
+    assert record.meta["estimator"] == "hgpo" and record.meta["params"] == params
+    assert record.meta["params_hash"] == params_hash("hgpo", params)
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("assets-hgpo").experiment_id])
+    assert run.data.params["advantages.estimator"] == "hgpo"
+    assert run.data.params["advantages.params.history_length"] == "1"
+    assert run.data.tags["data_version.advantages"] == record.content_hash
