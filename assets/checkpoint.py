@@ -49,7 +49,8 @@ def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, trac
     folder = save_policy(model, tokenizer, lineage.checkpoint_dir(experiment, round_), optimizer_state)
     record = store.record_artifact(
         ArtifactRecord(experiment, round_, "checkpoint", str(folder), hash_path(folder), dagster_run_id=context.run_id,
-                       meta={"estimator": config.advantages.estimator, "rubric": config.rubric}),
+                       meta={"estimator": config.advantages.estimator, "params_hash": advantages_record.meta["params_hash"],
+                             "rubric_version": str(advantages["rubric_version"].iloc[0])}),
         [(parent.content_hash, "initialized_from"), (advantages_record.content_hash, "trained_on"),
          (steps_record.content_hash, "trained_on")],
     )  # fmt: skip

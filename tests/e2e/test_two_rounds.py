@@ -125,6 +125,13 @@ def test_lineage_shows_the_chain_back_to_the_initial_policy(finished):
     assert advantages["detail"]["estimator"] == "gigpo" and advantages["detail"]["params"]["gamma"] == 0.95
     scores = next(a for a in report["artifacts"] if a["kind"] == "scores")
     assert scores["detail"]["rubric_version"].startswith("env-")
+    audited = report["artifacts"][0]  # the checkpoint itself: which rubric version and estimator made it
+    assert audited["kind"] == "checkpoint" and audited["round"] == 2
+    assert audited["detail"]["rubric_version"] == scores["detail"]["rubric_version"]
+    assert (
+        audited["detail"]["estimator"] == "gigpo"
+        and audited["detail"]["params_hash"] == advantages["detail"]["params_hash"]
+    )
     text = creditline(data_root, "lineage", "--experiment", EXPERIMENT).stdout
     assert "(initial policy)" in text and "all files match" in text
 

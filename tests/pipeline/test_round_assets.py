@@ -73,7 +73,9 @@ def test_the_experiment_chooses_its_estimator_and_lineage_and_mlflow_record_it(t
 
     params = {"mode": "mean_norm", "gamma": 0.9, "history_length": 1}
     with dg.instance_for_test() as instance:
-        result, store = run_round(tmp_path, "assets-hgpo", 1, instance, advantages={"estimator": "hgpo", "params": params})
+        result, store = run_round(
+            tmp_path, "assets-hgpo", 1, instance, advantages={"estimator": "hgpo", "params": params}
+        )
         assert result.success
     record = store.artifact("assets-hgpo", 1, "advantages")
     assert record.meta["estimator"] == "hgpo" and record.meta["params"] == params
