@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
-import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
