@@ -86,14 +86,16 @@ def persist_table(
 
 def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadata) -> dg.MaterializeResult:
     """The Dagster result: the content hash as data version, plus what a person wants to see."""
+    shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in metadata.items()}
+    rows = {"rows": record.rows} if record.rows is not None else {}
     return dg.MaterializeResult(
         asset_key=asset_key,
         data_version=dg.DataVersion(record.content_hash),
         metadata={
             "content_hash": record.content_hash,
             "path": dg.MetadataValue.path(record.path),
-            **({"rows": record.rows} if record.rows is not None else {}),
-            **metadata,
+            **rows,
+            **shown,
         },
     )
 
