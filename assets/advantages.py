@@ -44,21 +44,21 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
     scores, scores_record = read_artifact(lineage, experiment, round_, "scores")
     settings = config.advantages
     frame = advantage_table(steps, scores, settings.estimator, settings.params)
+    digest = params_hash(settings.estimator, settings.params)
     record = persist_table(
         context, lineage, frame, table="advantages", experiment=experiment, round_=round_,
-        path=lineage.table_path(experiment, round_, "advantages"),
         meta={"estimator": settings.estimator, "params": settings.params,
-              "params_hash": params_hash(settings.estimator, settings.params)},
+              "params_hash": digest},
         parents=[(steps_record.content_hash, "computed_from"), (scores_record.content_hash, "computed_from")],
     )  # fmt: skip
     metrics = {
         "abs_mean": float(frame["advantage"].abs().mean()),
         "nonzero_share": float((frame["advantage"] != 0).mean()),
     }
-    log_round(context, lineage, tracker, "advantages", VERSION, record, metrics)
+    log_round(context, lineage, tracker, config, "advantages", VERSION, record, metrics)
     return materialized(
         record,
         estimator=settings.estimator,
-        params_hash=params_hash(settings.estimator, settings.params),
+        params_hash=digest,
         **metrics,
     )

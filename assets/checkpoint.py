@@ -55,7 +55,7 @@ def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, trac
          (steps_record.content_hash, "trained_on")],
     )  # fmt: skip
     training = persist_table(context, lineage, pd.DataFrame(metrics), table="training", experiment=experiment,
-                             round_=round_, path=lineage.table_path(experiment, round_, "training"),
+                             round_=round_,
                              parents=[(record.content_hash, "summarises")])  # fmt: skip
     summary = {
         "loss": metrics[-1]["loss"],
@@ -64,7 +64,7 @@ def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         "entropy": metrics[-1]["entropy"],
         "updates": len(metrics),
     }
-    log_round(context, lineage, tracker, "checkpoint", VERSION, record, summary)
+    log_round(context, lineage, tracker, config, "checkpoint", VERSION, record, summary)
     return materialized(
         record, parent_checkpoint=parent.content_hash, training_table=training.content_hash, **summary
     )

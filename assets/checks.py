@@ -9,7 +9,7 @@ import dagster as dg
 
 from assets.partitions import ROUNDS, parse_round_key
 from creditline.lineage_chain import ParentCheckpointError, parent_checkpoint
-from creditline.store import hash_path, read_parquet
+from creditline.store import check_on_disk, read_parquet
 from resources import LineageResource
 from schemas import SCHEMAS, TableValidationError, validate
 
@@ -27,10 +27,8 @@ def _stored_table_check(table: str) -> dg.AssetChecksDefinition:
         record = lineage.store().artifact(experiment, round_, table)
         if record is None:
             return dg.AssetCheckResult(passed=False, metadata={"problem": "no artifact recorded"})
-        actual = hash_path(record.path)
-        if actual != record.content_hash:
-            return dg.AssetCheckResult(passed=False, metadata={"problem": "hash mismatch", "recorded": record.content_hash,
-                                                               "actual": actual})  # fmt: skip
+        if problem := check_on_disk(record):
+            return dg.AssetCheckResult(passed=False, metadata={"problem": problem.detail})
         try:
             validate(SCHEMAS[table], read_parquet(record.path), table)
         except TableValidationError as exc:

@@ -1,7 +1,6 @@
 """`evaluation`: the round's checkpoint played greedily on held-out tasks (round 1 also scores the initial policy)."""
 
 import base64
-import os
 from pathlib import Path
 
 import dagster as dg
@@ -13,7 +12,7 @@ from creditline.evaluation import evaluate
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
 from creditline.policy import load_tokenizer
-from creditline.store import ArtifactRecord, EvaluationRecord
+from creditline.store import ArtifactRecord, EvaluationRecord, write_bytes_atomic
 from resources import EngineResource, LineageResource, TrackerResource
 
 VERSION = code_version(creditline.evaluation)
@@ -31,7 +30,6 @@ def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, r
         policy_round=round_
     )
     record = persist_table(context, lineage, table, table="evaluation", experiment=config.name, round_=round_,
-                           path=lineage.table_path(config.name, round_, "evaluation"),
                            parents=[(policy.content_hash, "evaluates")], meta=vars(summary))  # fmt: skip
     lineage.store().record_evaluation(
         EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary))
@@ -68,13 +66,13 @@ def evaluation(
     png = success_by_round([e.round for e in history], [e.success_rate for e in history],
                            [e.mean_return for e in history], f"{experiment}: held-out evaluation")  # fmt: skip
     plot_path = Path(record.path).with_name("success_by_round.png")
-    partial = plot_path.with_suffix(".png.partial")
-    partial.write_bytes(png)
-    os.replace(partial, plot_path)
+    write_bytes_atomic(png, plot_path)
     summary = dict(record.meta)
     baseline = history[0].success_rate
     metrics = {k: summary[k] for k in ("success_rate", "mean_return", "mean_steps", "invalid_action_rate")}
-    log_round(context, lineage, tracker, "evaluation", VERSION, record, metrics, artifacts=[str(plot_path)])
+    log_round(
+        context, lineage, tracker, config, "evaluation", VERSION, record, metrics, artifacts=[str(plot_path)]
+    )
     return materialized(
         record, success_rate=summary["success_rate"], mean_return=summary["mean_return"],
         invalid_action_rate=summary["invalid_action_rate"], success_gain_over_initial=summary["success_rate"] - baseline,

@@ -7,13 +7,13 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
 import dagster as dg
 import pandas as pd
 
-from creditline.store import ArtifactRecord, RunRecord, hash_path, read_parquet, write_parquet_atomic
+from creditline.config import ExperimentConfig
+from creditline.store import ArtifactRecord, RunRecord, check_on_disk, read_parquet, write_parquet_atomic
 from resources import LineageResource, TrackerResource
 from schemas import SCHEMAS, validate
 
@@ -43,11 +43,8 @@ def read_artifact(lineage: LineageResource, experiment: str, round_: int, kind: 
         raise FileNotFoundError(
             f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
         )
-    actual = hash_path(record.path)
-    if actual != record.content_hash:
-        raise ValueError(
-            f"{record.path} changed since it was recorded ({record.content_hash[:12]} → {actual[:12]})"
-        )
+    if problem := check_on_disk(record):
+        raise ValueError(problem.detail)
     return read_parquet(record.path), record
 
 
@@ -59,15 +56,14 @@ def persist_table(
     table: str,
     experiment: str,
     round_: int,
-    path: Path,
     kind: str | None = None,
     variant: str = "",
     parents: Sequence[tuple[str, str]] = (),
     meta: dict | None = None,
 ) -> ArtifactRecord:
-    """Validate against the table's schema, write atomically, record in lineage (one transaction)."""
+    """Validate against the table's schema, write it atomically to its place, record it in lineage."""
     frame = validate(SCHEMAS[table], frame, table)
-    written = write_parquet_atomic(frame, path)
+    written = write_parquet_atomic(frame, lineage.table_path(experiment, round_, table, variant))
     return lineage.store().record_artifact(
         ArtifactRecord(
             experiment=experiment,
@@ -104,6 +100,7 @@ def log_round(
     context,
     lineage: LineageResource,
     tracker: TrackerResource,
+    config: ExperimentConfig,
     asset: str,
     version: str,
     record: ArtifactRecord,
@@ -111,8 +108,8 @@ def log_round(
     artifacts: list[str] | None = None,
 ) -> str:
     """Add an asset's metrics and data version to its round's MLflow run and link the run in DuckDB."""
-    config = lineage.experiment(record.experiment).to_dict()
-    run_id = tracker.round_run(record.experiment, record.round, config)
+    params = config.to_dict()
+    run_id = tracker.round_run(record.experiment, record.round, params)
     tracker.log(
         run_id,
         metrics={f"{asset}/{k}": v for k, v in metrics.items()},
@@ -120,6 +117,6 @@ def log_round(
         artifacts=artifacts,
     )
     lineage.store().record_run(
-        RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, config)
+        RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, params)
     )
     return run_id

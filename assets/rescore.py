@@ -40,7 +40,7 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
     frame = rubric_by_version(version).score(episodes, steps)
     record = persist_table(
         context, lineage, frame, table="scores", kind="rescore_scores", variant=version, experiment=experiment,
-        round_=round_, path=lineage.table_path(experiment, round_, "scores", rescore_version=version),
+        round_=round_,
         parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
         meta={"rubric_version": version},
     )  # fmt: skip
@@ -69,7 +69,7 @@ def rescored_advantages(
     frame = advantage_table(steps, rescored, settings.estimator, settings.params)
     record = persist_table(
         context, lineage, frame, table="advantages", kind="rescore_advantages", variant=version,
-        experiment=experiment, round_=round_, path=lineage.table_path(experiment, round_, "advantages", version),
+        experiment=experiment, round_=round_,
         parents=[(steps_record.content_hash, "computed_from"), (rescored_record.content_hash, "computed_from")],
         meta={"rubric_version": version, "estimator": settings.estimator, "params": settings.params,
               "params_hash": params_hash(settings.estimator, settings.params)},
@@ -80,11 +80,10 @@ def rescored_advantages(
     compared = persist_table(
         context, lineage, pd.DataFrame([summary]), table="rescore_comparison", kind="rescore_comparison",
         variant=version, experiment=experiment, round_=round_,
-        path=lineage.table_path(experiment, round_, "comparison", version),
         parents=[(record.content_hash, "compares"), (trained_record.content_hash, "compares")], meta=summary,
     )  # fmt: skip
     metrics = {f"{version}.{k}": v for k, v in vars(comparison).items() if isinstance(v, float)}
-    log_round(context, lineage, tracker, "rescore", ADVANTAGES_VERSION, compared, metrics)
+    log_round(context, lineage, tracker, config, "rescore", ADVANTAGES_VERSION, compared, metrics)
     return materialized(
         record,
         rubric_version=version,

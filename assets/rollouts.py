@@ -64,7 +64,6 @@ def rollouts(
         lineage,
         tables.episodes,
         table="episodes",
-        path=lineage.table_path(experiment, round_, "episodes"),
         **common,
     )
     steps = persist_table(
@@ -72,7 +71,6 @@ def rollouts(
         lineage,
         tables.steps,
         table="steps",
-        path=lineage.table_path(experiment, round_, "steps"),
         meta={"parent_checkpoint": parent.content_hash},
         **common,
     )
@@ -82,7 +80,7 @@ def rollouts(
         "valid_action_rate": float(tables.steps["valid_action"].mean()),
         "steps_per_episode": float(tables.episodes["num_steps"].mean()),
     }
-    log_round(context, lineage, tracker, "rollouts", VERSION, steps, metrics)
+    log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
     context.log.info(
         f"{experiment} round {round_}: {len(tables.episodes)} episodes, {len(tables.steps)} steps, "
         f"success {metrics['success_rate']:.3f}, parent {parent.content_hash[:12]}"

@@ -26,8 +26,7 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
     rubric = get_rubric(config.rubric)
     frame = rubric.score(episodes, steps)
     record = persist_table(
-        context, lineage, frame, table="scores", experiment=experiment, round_=round_,
-        path=lineage.table_path(experiment, round_, "scores"), meta={"rubric_version": rubric.version},
+        context, lineage, frame, table="scores", experiment=experiment, round_=round_, meta={"rubric_version": rubric.version},
         parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
     )  # fmt: skip
     episode_reward = frame.drop_duplicates("episode_id")["episode_reward"]
@@ -35,5 +34,5 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
         "episode_reward_mean": float(episode_reward.mean()),
         "episode_reward_std": float(episode_reward.std()),
     }
-    log_round(context, lineage, tracker, "scores", VERSION, record, metrics)
+    log_round(context, lineage, tracker, config, "scores", VERSION, record, metrics)
     return materialized(record, rubric_version=rubric.version, **metrics)

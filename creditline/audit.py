@@ -11,9 +11,8 @@ ids that produced it are listed beside it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from creditline.store import LineageStore, hash_path
+from creditline.store import LineageStore, check_on_disk
 
 KIND_ORDER = [
     "checkpoint",
@@ -80,12 +79,6 @@ class LineageReport:
         return "\n".join(lines)
 
 
-def _on_disk(path: str, expected: str) -> str:
-    if not Path(path).exists():
-        return "missing"
-    return "ok" if hash_path(path) == expected else "changed"
-
-
 def _detail(kind: str, meta: dict) -> dict:
     keys = {"advantages": ["estimator", "params", "params_hash"], "scores": ["rubric_version"],
             "rescore_scores": ["rubric_version"], "rescore_advantages": ["rubric_version", "estimator", "params_hash"],
@@ -107,7 +100,7 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
     def entry(artifact, relation: str) -> AuditEntry:
         return AuditEntry(
             round=artifact.round, kind=artifact.kind, variant=artifact.variant, content_hash=artifact.content_hash,
-            path=artifact.path, on_disk=_on_disk(artifact.path, artifact.content_hash), relation=relation,
+            path=artifact.path, on_disk=problem.kind if (problem := check_on_disk(artifact)) else "ok", relation=relation,
             detail=_detail(artifact.kind, dict(artifact.meta)), dagster_run_id=artifact.dagster_run_id,
             mlflow_run_id=mlflow_ids.get((artifact.dagster_run_id, artifact.round)),
         )  # fmt: skip

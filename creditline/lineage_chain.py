@@ -12,7 +12,7 @@ from pathlib import Path
 
 from creditline.config import ExperimentConfig
 from creditline.policy import TinyPolicyConfig, build_tiny_policy
-from creditline.store import ArtifactRecord, LineageStore, hash_path
+from creditline.store import ArtifactRecord, LineageStore, check_on_disk, hash_path
 
 BUILTIN_POLICY = "builtin:tiny"
 
@@ -58,12 +58,6 @@ def parent_checkpoint(store: LineageStore, experiment: str, round_: int) -> Arti
 
 
 def verify_checkpoint(record: ArtifactRecord) -> None:
-    path = Path(record.path)
-    if not path.exists():
-        raise ParentCheckpointError(f"checkpoint {path} (round {record.round}) is missing on disk")
-    actual = hash_path(path)
-    if actual != record.content_hash:
-        raise ParentCheckpointError(
-            f"checkpoint {path} (round {record.round}) changed on disk: recorded {record.content_hash[:12]}, "
-            f"now {actual[:12]}"
-        )
+    """Refuse a checkpoint folder that is missing or no longer hashes to what was recorded."""
+    if problem := check_on_disk(record):
+        raise ParentCheckpointError(problem.detail)

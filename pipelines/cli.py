@@ -15,6 +15,7 @@ Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./cred
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -23,33 +24,56 @@ from pathlib import Path
 
 from creditline.config import ExperimentConfig, load_config
 from creditline.store import ExperimentConfigMismatch, LineageStore
-from resources.lineage import DATA_ROOT_ENV, default_data_root
+from resources.lineage import DATA_ROOT_ENV, LineageResource, default_data_root
 
 DEFAULT_EXPERIMENT = ExperimentConfig().name
 
 
 def _store(data_root: str) -> LineageStore:
-    Path(data_root).mkdir(parents=True, exist_ok=True)
-    return LineageStore(Path(data_root) / "lineage.duckdb")
+    return LineageResource(data_root=data_root).store()
+
+
+def _register(args) -> tuple[ExperimentConfig, str] | None:
+    """Register the experiment `--config`/`--experiment` describe; None (after saying why) on a mismatch."""
+    config = load_config(args.config, name=args.experiment)
+    try:
+        return config, _store(args.data_root).register_experiment(config.name, config.to_dict())
+    except ExperimentConfigMismatch as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+@functools.lru_cache(maxsize=4)
+def _job(data_root: str, job_name: str):
+    from pipelines.definitions import make_definitions
+
+    return make_definitions(data_root).resolve_job_def(job_name)
+
+
+def _execute(instance, data_root: str, job_name: str, partition_key, tags: dict[str, str] | None = None):
+    """Run one partition of a job in this process against the persistent instance, logging warnings only."""
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    return _job(data_root, job_name).execute_in_process(
+        instance=instance,
+        partition_key=partition_key,
+        run_config=quiet,
+        raise_on_error=False,
+        tags=tags or {},
+    )
 
 
 def cmd_run(args) -> int:
     from assets.partitions import ROUNDS, round_key
-    from pipelines.definitions import ROUND_JOB, make_definitions
+    from pipelines.definitions import ROUND_JOB
     from pipelines.instance import get_instance
     from pipelines.sensors import EXPERIMENT_TAG
 
-    config = load_config(args.config, name=args.experiment)
-    store = _store(args.data_root)
-    try:
-        store.register_experiment(config.name, config.to_dict())
-    except ExperimentConfigMismatch as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    registered = _register(args)
+    if registered is None:
         return 2
+    config, store = registered[0], _store(args.data_root)
     rounds = args.rounds or config.rounds
     instance = get_instance(args.data_root)
-    job = make_definitions(args.data_root).resolve_job_def(ROUND_JOB)
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     done = {e.round for e in store.evaluations(config.name)}
     print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}")
     for round_ in range(1, rounds + 1):
@@ -59,8 +83,7 @@ def cmd_run(args) -> int:
         if not instance.has_dynamic_partition(ROUNDS.name, key):
             instance.add_dynamic_partitions(ROUNDS.name, [key])
         start = time.perf_counter()
-        result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet, raise_on_error=False,
-                                        tags={EXPERIMENT_TAG: config.name})  # fmt: skip
+        result = _execute(instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: config.name})
         if not result.success:
             failures = [e.message for e in result.all_events if e.is_failure]
             print(
@@ -78,12 +101,10 @@ def cmd_run(args) -> int:
 
 def cmd_register(args) -> int:
     """Register an experiment without running it: the round sensor (Dagster UI) will advance it."""
-    config = load_config(args.config, name=args.experiment)
-    try:
-        digest = _store(args.data_root).register_experiment(config.name, config.to_dict())
-    except ExperimentConfigMismatch as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    registered = _register(args)
+    if registered is None:
         return 2
+    config, digest = registered
     print(
         f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it"
     )
@@ -108,14 +129,12 @@ def cmd_rescore(args) -> int:
     from assets.partitions import round_key
     from creditline.rubrics import RUBRICS, rubric_by_version
     from pipelines import dagster_client
-    from pipelines.definitions import RESCORE_JOB, make_definitions
+    from pipelines.definitions import RESCORE_JOB
     from pipelines.instance import get_instance
 
-    version = (
-        RUBRICS[args.rubric].version if args.rubric in RUBRICS else rubric_by_version(args.rubric).version
-    )
     store = _store(args.data_root)
     try:
+        version = (RUBRICS[args.rubric] if args.rubric in RUBRICS else rubric_by_version(args.rubric)).version
         rounds = _parse_rounds(
             args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")})
         )
@@ -131,12 +150,8 @@ def cmd_rescore(args) -> int:
         print(f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds {rounds})")
         return 0
     instance = get_instance(args.data_root)
-    job = make_definitions(args.data_root).resolve_job_def(RESCORE_JOB)
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     for round_, key in zip(rounds, keys, strict=True):
-        result = job.execute_in_process(
-            instance=instance, partition_key=key, run_config=quiet, raise_on_error=False
-        )
+        result = _execute(instance, args.data_root, RESCORE_JOB, key)
         if not result.success:
             print(f"re-scoring round {round_} failed (dagster run {result.run_id})", file=sys.stderr)
             return 1

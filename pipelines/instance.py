@@ -11,6 +11,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from creditline.store import write_bytes_atomic
+
 DAGSTER_YAML = """\
 # Written by creditline (pipelines/instance.py). GPU-heavy assets share the pool "gpu" of size 1.
 concurrency:
@@ -32,9 +34,7 @@ def dagster_home(data_root: str | Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
-        partial = config.with_suffix(".yaml.partial")
-        partial.write_text(DAGSTER_YAML)
-        os.replace(partial, config)
+        write_bytes_atomic(DAGSTER_YAML.encode(), config)
     return home
 
 

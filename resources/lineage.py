@@ -7,10 +7,14 @@ Layout under the data root:
     <data_root>/<experiment>/rNNN/<table>.parquet      round N's tables
     <data_root>/<experiment>/rNNN/policy/              round N's checkpoint
     <data_root>/<experiment>/rNNN/rescore/<version>/   re-scored tables for another rubric version
+
+An artifact's variant (a re-scored rubric version) is the name of its sub-folder, so a table's path
+follows from (experiment, round, table, variant) alone.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -20,6 +24,14 @@ from creditline.config import ExperimentConfig, from_dict
 from creditline.store import LineageStore
 
 DATA_ROOT_ENV = "CREDITLINE_DATA_ROOT"
+CATALOG = "lineage.duckdb"
+
+
+@functools.lru_cache(maxsize=16)
+def _store_at(path: Path) -> LineageStore:
+    """One store object per catalog file and process: its schema is created once, not per call."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return LineageStore(path)
 
 
 def default_data_root() -> str:
@@ -35,8 +47,7 @@ class LineageResource(dg.ConfigurableResource):
         return Path(self.data_root)
 
     def store(self) -> LineageStore:
-        self.root.mkdir(parents=True, exist_ok=True)
-        return LineageStore(self.root / "lineage.duckdb")
+        return _store_at(self.root / CATALOG)
 
     def round_dir(self, experiment: str, round_: int) -> Path:
         return self.root / experiment / f"r{round_:03d}"
@@ -56,7 +67,7 @@ class LineageResource(dg.ConfigurableResource):
         stored = self.store().experiment_config(name)
         if stored is None:
             raise ValueError(
-                f"experiment {name!r} is not registered in {self.root / 'lineage.duckdb'}; "
+                f"experiment {name!r} is not registered in {self.root / CATALOG}; "
                 "start it with `creditline run --experiment NAME` (or register its config) first"
             )
         return from_dict(stored)

@@ -14,10 +14,11 @@ from creditline.store.files import (
     hash_file,
     hash_path,
     read_parquet,
+    write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
 )
-from creditline.store.lineage import INITIAL_POLICY_KIND, INITIAL_POLICY_VARIANT, LineageStore
+from creditline.store.lineage import INITIAL_POLICY_KIND, INITIAL_POLICY_VARIANT, LineageStore, check_on_disk
 from creditline.store.records import (
     ArtifactRecord,
     EvaluationRecord,
@@ -28,6 +29,8 @@ from creditline.store.records import (
 )
 
 __all__ = [
+    "check_on_disk",
+    "write_bytes_atomic",
     "INITIAL_POLICY_KIND",
     "INITIAL_POLICY_VARIANT",
     "ArtifactRecord",

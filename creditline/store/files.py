@@ -160,12 +160,18 @@ def read_parquet(path: PathLike) -> pd.DataFrame:
     return pq.read_table(path).to_pandas()
 
 
-def write_json_atomic(obj: Any, path: PathLike) -> str:
-    """Write ``obj`` as sorted, indented JSON atomically; return the file's sha256."""
-    data = (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+def write_bytes_atomic(data: bytes, path: PathLike) -> str:
+    """Write ``data`` atomically (temp name, fsync, rename); return its sha256."""
     with _atomic_file(path) as (_, fh):
         fh.write(data)
     return hashlib.sha256(data).hexdigest()
+
+
+def write_json_atomic(obj: Any, path: PathLike) -> str:
+    """Write ``obj`` as sorted, indented JSON atomically; return the file's sha256."""
+    return write_bytes_atomic(
+        (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode(), path
+    )
 
 
 @contextlib.contextmanager

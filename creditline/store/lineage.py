@@ -370,7 +370,7 @@ class LineageStore:
         hashes differently than recorded; "dangling": an edge of one of the experiment's artifacts points
         at a parent hash that no artifact row carries (register roots such as the initial policy).
         """
-        problems = [p for record in self.artifacts(experiment) if (p := _check_on_disk(record))]
+        problems = [p for record in self.artifacts(experiment) if (p := check_on_disk(record))]
         dangling = self._fetchall(
             """
             SELECT DISTINCT a.path, a.experiment, a.round, a.kind, a.variant, l.parent_hash, l.relation
@@ -387,14 +387,20 @@ class LineageStore:
         return problems
 
 
-def _check_on_disk(record: ArtifactRecord) -> Problem | None:
-    """A "missing" or "changed" problem if the recorded path no longer holds the recorded content."""
+def check_on_disk(record: ArtifactRecord) -> Problem | None:
+    """A "missing" or "changed" problem if the recorded path no longer holds the recorded content.
+
+    The one place that re-hashes an artifact: readers, asset checks, the audit and ``verify`` all ask it.
+    """
     where = _describe(record.experiment, record.round, record.kind, record.variant)
     if not os.path.exists(record.path):
-        return Problem("missing", record.path, record.content_hash, None, f"{where}: path does not exist")
+        return Problem(
+            "missing", record.path, record.content_hash, None, f"{where}: {record.path} does not exist"
+        )
     actual = hash_path(record.path)
     if actual != record.content_hash:
-        return Problem("changed", record.path, record.content_hash, actual, f"{where}: content hash changed")
+        detail = f"{where}: {record.path} changed (recorded {record.content_hash[:12]}, now {actual[:12]})"
+        return Problem("changed", record.path, record.content_hash, actual, detail)
     return None
 
 

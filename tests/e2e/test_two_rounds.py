@@ -243,4 +243,5 @@ def test_rescore_twice_gives_identical_hashes_and_no_duplicate_rows(finished):
         if a["kind"] in ("scores", "rescore_scores")
     }
     assert len(versions) == 2  # the training rubric and the re-scored one, side by side
-    assert creditline(data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "nope").returncode != 0
+    unknown = creditline(data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "nope")
+    assert unknown.returncode == 2 and "nope" in unknown.stderr and "Traceback" not in unknown.stderr
