@@ -14,7 +14,6 @@ import dagster as dg
 ROUND_TAG = "creditline.round"
 
 
-
 EXPERIMENT_TAG = "creditline.experiment"
 
 
