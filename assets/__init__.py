@@ -17,9 +17,10 @@ from assets.evaluation import evaluation  # noqa: E402
 from assets.partitions import ROUNDS, parse_round_key, round_key  # noqa: E402
 from assets.rescore import RESCORE, rescored_advantages, rescored_scores  # noqa: E402
 from assets.rollouts import rollouts  # noqa: E402
+from assets.round_summary import round_summary  # noqa: E402
 from assets.scores import scores  # noqa: E402
 
-ROUND_ASSETS = [rollouts, scores, advantages, checkpoint, evaluation]
+ROUND_ASSETS = [rollouts, scores, advantages, checkpoint, evaluation, round_summary]
 RESCORE_ASSETS = [rescored_scores, rescored_advantages]
 
 __all__ = [

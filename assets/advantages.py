@@ -3,13 +3,14 @@
 import dagster as dg
 import pandas as pd
 
-import creditline.advantages
+from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import code_version, log_round, materialized, persist_table, read_artifact
+from assets.persist import log_round, materialized, persist_table, read_artifact, recorded_output
 from creditline.advantages import completion_advantages, compute, params_hash
+from creditline.store import read_parquet
 from resources import LineageResource, TrackerResource
 
-VERSION = code_version(creditline.advantages)
+VERSION = code_version(__name__)
 
 
 def advantage_table(steps: pd.DataFrame, scores: pd.DataFrame, estimator: str, params: dict) -> pd.DataFrame:
@@ -43,22 +44,22 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
     steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
     scores, scores_record = read_artifact(lineage, experiment, round_, "scores")
     settings = config.advantages
-    frame = advantage_table(steps, scores, settings.estimator, settings.params)
     digest = params_hash(settings.estimator, settings.params)
-    record = persist_table(
-        context, lineage, frame, table="advantages", experiment=experiment, round_=round_,
-        meta={"estimator": settings.estimator, "params": settings.params,
-              "params_hash": digest},
-        parents=[(steps_record.content_hash, "computed_from"), (scores_record.content_hash, "computed_from")],
-    )  # fmt: skip
+    parents = [(steps_record.content_hash, "computed_from"), (scores_record.content_hash, "computed_from")]
+    record = recorded_output(lineage, experiment, round_, "advantages", parents, meta={"params_hash": digest})
+    if record is not None:  # an earlier attempt got this far
+        frame = read_parquet(record.path)
+    else:
+        frame = advantage_table(steps, scores, settings.estimator, settings.params)
+        record = persist_table(
+            context, lineage, frame, table="advantages", experiment=experiment, round_=round_,
+            meta={"estimator": settings.estimator, "params": settings.params, "params_hash": digest},
+            parents=parents,
+        )  # fmt: skip
     metrics = {
         "abs_mean": float(frame["advantage"].abs().mean()),
+        "std": float(frame["advantage"].std()),
         "nonzero_share": float((frame["advantage"] != 0).mean()),
     }
     log_round(context, lineage, tracker, config, "advantages", VERSION, record, metrics)
-    return materialized(
-        record,
-        estimator=settings.estimator,
-        params_hash=digest,
-        **metrics,
-    )
+    return materialized(record, estimator=settings.estimator, params_hash=digest, **metrics)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import dagster as dg
 
-import creditline.evaluation
+from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import code_version, log_round, materialized, persist_table
+from assets.persist import log_round, materialized, persist_table, recorded_output
 from creditline.evaluation import evaluate
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
@@ -15,11 +15,16 @@ from creditline.policy import load_tokenizer
 from creditline.store import ArtifactRecord, EvaluationRecord, write_bytes_atomic
 from resources import EngineResource, LineageResource, TrackerResource
 
-VERSION = code_version(creditline.evaluation)
+VERSION = code_version(__name__)
 
 
 def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, round_: int) -> ArtifactRecord:
     """Evaluate one checkpoint, write its episode table, record its summary; returns the table's record."""
+    parents = [(policy.content_hash, "evaluates")]
+    record = recorded_output(lineage, config.name, round_, "evaluation", parents)
+    evaluated = {e.round: e.policy_hash for e in lineage.store().evaluations(config.name)}
+    if record is not None and evaluated.get(round_) == policy.content_hash:  # an earlier attempt got this far
+        return record
     verify_checkpoint(policy)
     episodes, summary = evaluate(
         engine.load(policy.path, config.rollouts), load_tokenizer(policy.path),
@@ -30,7 +35,7 @@ def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, r
         policy_round=round_
     )
     record = persist_table(context, lineage, table, table="evaluation", experiment=config.name, round_=round_,
-                           parents=[(policy.content_hash, "evaluates")], meta=vars(summary))  # fmt: skip
+                           parents=parents, meta=vars(summary))  # fmt: skip
     lineage.store().record_evaluation(
         EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary))
     )
@@ -54,10 +59,8 @@ def evaluation(
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
     store = lineage.store()
-    if round_ == 1 and not any(e.round == 0 for e in store.evaluations(experiment)):
-        _evaluate_policy(
-            context, lineage, engine, config, store.initial_policy(experiment), 0
-        )  # the baseline
+    if round_ == 1:  # the baseline: the initial policy, evaluated once
+        _evaluate_policy(context, lineage, engine, config, store.initial_policy(experiment), 0)
     policy = store.artifact(experiment, round_, "checkpoint")
     if policy is None:
         raise FileNotFoundError(f"{experiment} round {round_}: no checkpoint recorded")

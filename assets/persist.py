@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import inspect
-import pkgutil
-from collections.abc import Sequence
-from types import ModuleType
+import os
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 import pandas as pd
 
 from creditline.config import ExperimentConfig
+from creditline.faults import failpoint
 from creditline.store import ArtifactRecord, RunRecord, check_on_disk, read_parquet, write_parquet_atomic
 from resources import LineageResource, TrackerResource
 from schemas import SCHEMAS, validate
-
-
-def code_version(*modules: ModuleType) -> str:
-    """A hash of the source of the core modules (and packages' submodules) an asset runs.
-
-    Editing any of them gives a new code version, so Dagster marks the asset and what depends on it stale.
-    """
-    digest = hashlib.sha256()
-    for module in modules:
-        members = [module]
-        if hasattr(module, "__path__"):  # a package: include every submodule
-            names = sorted(
-                info.name for info in pkgutil.walk_packages(module.__path__, module.__name__ + ".")
-            )
-            members += [importlib.import_module(name) for name in names]
-        for member in members:
-            digest.update(inspect.getsource(member).encode())
-    return digest.hexdigest()[:12]
 
 
 def read_artifact(lineage: LineageResource, experiment: str, round_: int, kind: str, variant: str = ""):
@@ -46,6 +25,29 @@ def read_artifact(lineage: LineageResource, experiment: str, round_: int, kind: 
     if problem := check_on_disk(record):
         raise ValueError(problem.detail)
     return read_parquet(record.path), record
+
+
+def recorded_output(
+    lineage: LineageResource,
+    experiment: str,
+    round_: int,
+    kind: str,
+    parents: Sequence[tuple[str, str]],
+    variant: str = "",
+    meta: Mapping | None = None,
+) -> ArtifactRecord | None:
+    """What an earlier attempt of this stage recorded from the same inputs, or None: recompute.
+
+    A round killed half-way is completed by running it again; a stage whose output is already recorded
+    with exactly these parents (and these `meta` facts, e.g. the rubric version) is not redone. The
+    file must still exist; its hash is checked by the blocking checks and by every reader.
+    """
+    record = lineage.store().artifact(experiment, round_, kind, variant)
+    if record is None or set(record.parents) != {tuple(p) for p in parents}:
+        return None
+    if any(record.meta.get(k) != v for k, v in (meta or {}).items()) or not os.path.exists(record.path):
+        return None
+    return record
 
 
 def persist_table(
@@ -64,7 +66,7 @@ def persist_table(
     """Validate against the table's schema, write it atomically to its place, record it in lineage."""
     frame = validate(SCHEMAS[table], frame, table)
     written = write_parquet_atomic(frame, lineage.table_path(experiment, round_, table, variant))
-    return lineage.store().record_artifact(
+    record = lineage.store().record_artifact(
         ArtifactRecord(
             experiment=experiment,
             round=round_,
@@ -78,6 +80,8 @@ def persist_table(
         ),
         parents,
     )
+    failpoint(f"after:{record.kind}")
+    return record
 
 
 def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadata) -> dg.MaterializeResult:
@@ -106,17 +110,24 @@ def log_round(
     record: ArtifactRecord,
     metrics: dict[str, float],
     artifacts: list[str] | None = None,
+    series: list[dict[str, float]] | None = None,
 ) -> str:
-    """Add an asset's metrics and data version to its round's MLflow run and link the run in DuckDB."""
+    """Add an asset's metrics (and per-update `series`) to its round's MLflow run; link the run in DuckDB.
+
+    Metrics already on the run (logged by an attempt that was killed later) are not logged twice.
+    """
+    store = lineage.store()
     params = config.to_dict()
-    run_id = tracker.round_run(record.experiment, record.round, params)
+    run_id = tracker.round_run(store, record.experiment, record.round, params)
+    logged = tracker.logged_keys(run_id)
     tracker.log(
         run_id,
-        metrics={f"{asset}/{k}": v for k, v in metrics.items()},
+        metrics={f"{asset}/{k}": v for k, v in metrics.items() if f"{asset}/{k}" not in logged},
         tags={f"dagster_run_id.{asset}": context.run_id, f"data_version.{asset}": record.content_hash},
         artifacts=artifacts,
     )
-    lineage.store().record_run(
-        RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, params)
-    )
+    if series and not any(key.startswith(f"{asset}.update/") for key in logged):
+        tracker.log_series(run_id, series, prefix=f"{asset}.update")
+    failpoint(f"mlflow:{asset}")
+    store.record_run(RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, params))
     return run_id

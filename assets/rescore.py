@@ -1,25 +1,29 @@
 """The re-score branch: a round's stored rollouts scored with another rubric version. Never feeds training.
 
-Partitioned by (round × rubric version). The rubric versions are those registered in code
-(`creditline.rubrics.RUBRICS`): adding or editing a rubric adds a version, and its partitions show as
-missing in the UI until a backfill fills them. Files go to `r<NNN>/rescore/<version>/`.
+Partitioned by (round × rubric version). The rubric dimension is dynamic (`rubric_versions`): it holds
+every version registered in code (`creditline.rubrics.RUBRICS`) and every version the lineage store has
+recorded, added by `pipelines.rubric_partitions.sync_rubric_partitions` (the CLI and the round sensor
+call it). Adding or editing a rubric adds a version, whose partitions show as missing in the UI until a
+backfill fills them; the old version stays a partition, so what was scored with it stays visible (its
+re-score fails with one line if run again, since the code that defined it is gone). Files go to
+`r<NNN>/rescore/<version>/`.
 """
 
 import dagster as dg
 import pandas as pd
 
-import creditline.rescore
-import creditline.rubrics
-from assets.advantages import VERSION as ADVANTAGES_VERSION
 from assets.advantages import advantage_table
+from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import code_version, log_round, materialized, persist_table, read_artifact
+from assets.persist import log_round, materialized, persist_table, read_artifact
 from creditline.advantages import params_hash
 from creditline.rescore import compare_rescoring
-from creditline.rubrics import RUBRICS, rubric_by_version
+from creditline.rubrics import rubric_by_version
+from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource
 
-RUBRIC_VERSIONS = dg.StaticPartitionsDefinition(sorted(r.version for r in RUBRICS.values()))
+VERSION = code_version(__name__)
+RUBRIC_VERSIONS = dg.DynamicPartitionsDefinition(name="rubric_versions")
 RESCORE = dg.MultiPartitionsDefinition({"round": ROUNDS, "rubric": RUBRIC_VERSIONS})
 TO_ROUND = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="round")
 
@@ -30,20 +34,22 @@ def _partition(context) -> tuple[str, int, str]:
     return experiment, round_, keys["rubric"]
 
 
-@dg.asset(partitions_def=RESCORE, group_name="rescore", code_version=code_version(creditline.rubrics),
+@dg.asset(partitions_def=RESCORE, group_name="rescore", code_version=VERSION,
           deps=[dg.AssetDep("episodes", partition_mapping=TO_ROUND), dg.AssetDep("steps", partition_mapping=TO_ROUND)],
           description="The round's stored rollouts scored with another registered rubric version.")  # fmt: skip
 def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource):
     experiment, round_, version = _partition(context)
+    rubric = rubric_by_version(version)  # fails with one line for a version no longer defined in code
     episodes, episodes_record = read_artifact(lineage, experiment, round_, "episodes")
     steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
-    frame = rubric_by_version(version).score(episodes, steps)
+    frame = rubric.score(episodes, steps)
     record = persist_table(
         context, lineage, frame, table="scores", kind="rescore_scores", variant=version, experiment=experiment,
         round_=round_,
         parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
         meta={"rubric_version": version},
     )  # fmt: skip
+    record_rubrics(lineage.store(), [rubric])
     return materialized(
         record,
         rubric_version=version,
@@ -52,7 +58,7 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
 
 
 @dg.asset(partitions_def=RESCORE, group_name="rescore",
-          code_version=code_version(creditline.rescore) + ADVANTAGES_VERSION,
+          code_version=VERSION,
           deps=["rescored_scores", dg.AssetDep("steps", partition_mapping=TO_ROUND),
                 dg.AssetDep("scores", partition_mapping=TO_ROUND), dg.AssetDep("advantages", partition_mapping=TO_ROUND)],
           description="Advantages recomputed from the re-scored rewards, compared with those the round trained on.")  # fmt: skip
@@ -83,7 +89,7 @@ def rescored_advantages(
         parents=[(record.content_hash, "compares"), (trained_record.content_hash, "compares")], meta=summary,
     )  # fmt: skip
     metrics = {f"{version}.{k}": v for k, v in vars(comparison).items() if isinstance(v, float)}
-    log_round(context, lineage, tracker, config, "rescore", ADVANTAGES_VERSION, compared, metrics)
+    log_round(context, lineage, tracker, config, "rescore", VERSION, compared, metrics)
     return materialized(
         record,
         rubric_version=version,

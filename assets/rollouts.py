@@ -2,22 +2,18 @@
 
 import dagster as dg
 
-import creditline.engines.torch_engine
-import creditline.envs.arithmetic
-import creditline.envs.maze
-import creditline.rollout
+from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import code_version, log_round, materialized, persist_table
+from assets.persist import log_round, materialized, persist_table, recorded_output
 from creditline.engines import SamplingParams
 from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint
 from creditline.policy import load_tokenizer
 from creditline.rollout import run_episodes
+from creditline.store import read_parquet
 from creditline.tasks import training_task_ids
 from resources import EngineResource, LineageResource, TrackerResource
 
-VERSION = code_version(
-    creditline.rollout, creditline.engines.torch_engine, creditline.envs.maze, creditline.envs.arithmetic
-)
+VERSION = code_version(__name__)
 
 
 @dg.multi_asset(
@@ -50,48 +46,36 @@ def rollouts(
     store = lineage.store()
     ensure_initial_policy(store, config, lineage.checkpoint_dir(experiment, 0))
     parent = parent_checkpoint(store, experiment, round_)
-    settings = config.rollouts
-    tables = run_episodes(
-        engine.load(parent.path, settings), load_tokenizer(parent.path),
-        config.env.build, experiment, round_,
-        training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
-        SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens, config.seed),
-    )  # fmt: skip
     generated_by = [(parent.content_hash, "generated_by")]
     common = dict(experiment=experiment, round_=round_, parents=generated_by)
-    episodes = persist_table(
-        context,
-        lineage,
-        tables.episodes,
-        table="episodes",
-        **common,
-    )
-    steps = persist_table(
-        context,
-        lineage,
-        tables.steps,
-        table="steps",
-        meta={"parent_checkpoint": parent.content_hash},
-        **common,
-    )
+    episodes = recorded_output(lineage, experiment, round_, "episodes", generated_by)
+    steps = recorded_output(lineage, experiment, round_, "steps", generated_by)
+    if episodes is not None and steps is not None:  # an earlier attempt got this far
+        episode_table, step_table = read_parquet(episodes.path), read_parquet(steps.path)
+    else:
+        settings = config.rollouts
+        tables = run_episodes(
+            engine.load(parent.path, settings), load_tokenizer(parent.path),
+            config.env.build, experiment, round_,
+            training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
+            SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens, config.seed),
+        )  # fmt: skip
+        episode_table, step_table = tables.episodes, tables.steps
+        episodes = persist_table(context, lineage, episode_table, table="episodes", **common)
+        steps = persist_table(context, lineage, step_table, table="steps",
+                              meta={"parent_checkpoint": parent.content_hash}, **common)  # fmt: skip
     metrics = {
-        "success_rate": float(tables.episodes["success"].mean()),
-        "env_return": float(tables.episodes["env_return"].mean()),
-        "valid_action_rate": float(tables.steps["valid_action"].mean()),
-        "steps_per_episode": float(tables.episodes["num_steps"].mean()),
+        "success_rate": float(episode_table["success"].mean()),
+        "env_return": float(episode_table["env_return"].mean()),
+        "valid_action_rate": float(step_table["valid_action"].mean()),
+        "steps_per_episode": float(episode_table["num_steps"].mean()),
     }
     log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
     context.log.info(
-        f"{experiment} round {round_}: {len(tables.episodes)} episodes, {len(tables.steps)} steps, "
+        f"{experiment} round {round_}: {len(episode_table)} episodes, {len(step_table)} steps, "
         f"success {metrics['success_rate']:.3f}, parent {parent.content_hash[:12]}"
     )
-    yield materialized(
-        episodes,
-        "episodes",
-        success_rate=metrics["success_rate"],
-        env_return=metrics["env_return"],
-        parent_checkpoint=parent.content_hash,
-    )
-    yield materialized(
-        steps, "steps", valid_action_rate=metrics["valid_action_rate"], parent_checkpoint=parent.content_hash
-    )
+    yield materialized(episodes, "episodes", success_rate=metrics["success_rate"],
+                       env_return=metrics["env_return"], parent_checkpoint=parent.content_hash)  # fmt: skip
+    yield materialized(steps, "steps", valid_action_rate=metrics["valid_action_rate"],
+                       parent_checkpoint=parent.content_hash)  # fmt: skip

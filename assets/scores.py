@@ -2,13 +2,14 @@
 
 import dagster as dg
 
-import creditline.rubrics
+from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import code_version, log_round, materialized, persist_table, read_artifact
+from assets.persist import log_round, materialized, persist_table, read_artifact, recorded_output
 from creditline.rubrics import get_rubric
+from creditline.store import read_parquet, record_rubrics
 from resources import LineageResource, TrackerResource
 
-VERSION = code_version(creditline.rubrics)
+VERSION = code_version(__name__)
 
 
 @dg.asset(
@@ -24,11 +25,16 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
     episodes, episodes_record = read_artifact(lineage, experiment, round_, "episodes")
     steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
     rubric = get_rubric(config.rubric)
-    frame = rubric.score(episodes, steps)
-    record = persist_table(
-        context, lineage, frame, table="scores", experiment=experiment, round_=round_, meta={"rubric_version": rubric.version},
-        parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
-    )  # fmt: skip
+    parents = [(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")]
+    meta = {"rubric_version": rubric.version}
+    record = recorded_output(lineage, experiment, round_, "scores", parents, meta=meta)
+    if record is not None:  # an earlier attempt got this far
+        frame = read_parquet(record.path)
+    else:
+        frame = rubric.score(episodes, steps)
+        record = persist_table(context, lineage, frame, table="scores", experiment=experiment, round_=round_,
+                               meta=meta, parents=parents)  # fmt: skip
+    record_rubrics(lineage.store(), [rubric])  # its version stays a re-score partition after the code moves on
     episode_reward = frame.drop_duplicates("episode_id")["episode_reward"]
     metrics = {
         "episode_reward_mean": float(episode_reward.mean()),

@@ -6,13 +6,19 @@ trained on, the rollouts, the parent checkpoint, ... down to round 0. Each round
 (other rubric versions, never trained on) are listed beside it. Each artifact is re-hashed,
 so the report says whether the file on disk is still the one recorded; the Dagster and MLflow run
 ids that produced it are listed beside it.
+
+Nothing the walk meets is dropped. A hash in the chain that no artifact row carries (the row was deleted,
+or its hash edited) is listed as "unrecorded", in the round of the artifact that points at it. A row of a
+chain round whose kind the chain passes through, but whose hash the chain does not reach, is listed as
+"not in chain" (the chain points at a different version of it). Either makes ``all_match`` false.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from creditline.store import LineageStore, check_on_disk
+from creditline.store import ArtifactRecord, LineageNode, LineageStore, check_on_disk
 
 KIND_ORDER = [
     "checkpoint",
@@ -26,23 +32,56 @@ KIND_ORDER = [
     "rescore_advantages",
     "rescore_comparison",
 ]
+CHAIN_KINDS = frozenset({"checkpoint", "advantages", "scores", "steps", "episodes"})
+"""The kinds a checkpoint's lineage passes through in each round (training and evaluation are its
+children, re-scored tables a side branch)."""
 RESCORED = "rescored (not trained on)"
+NOT_IN_CHAIN = "not in chain"
+UNRECORDED = "unrecorded"
+NO_RECORD = "no record"
 
 
 @dataclass(frozen=True)
 class AuditEntry:
     round: int
+    """For an unrecorded hash, the round of the artifact that points at it."""
     kind: str
+    """The artifact's kind, or "unrecorded" for a hash in the chain that no artifact row carries."""
     variant: str
     content_hash: str
     path: str
+    """"" when unrecorded."""
     on_disk: str
-    """"ok", "changed" or "missing"."""
+    """"ok", "changed", "missing", or "no record" (unrecorded)."""
     relation: str
-    """How the artifact one step closer to the audited checkpoint was derived from this one."""
+    """How the artifact one step closer to the audited checkpoint was derived from this one; "audited"
+    for the checkpoint itself, "rescored (not trained on)" or "not in chain" for rows beside the chain."""
     detail: dict
     dagster_run_id: str | None
     mlflow_run_id: str | None
+    experiment: str
+    """The artifact row's experiment: the audited one, unless only another experiment records the hash."""
+
+    @property
+    def matches(self) -> bool:
+        return self.on_disk == "ok" and self.relation != NOT_IN_CHAIN
+
+    @property
+    def name(self) -> str:
+        return self.kind + (f"[{self.variant}]" if self.variant else "")
+
+    def mismatch(self) -> str:
+        """Why this entry spoils ``all_match`` (one line), or "" if it does not."""
+        where = f"round {self.round} {self.name} {self.content_hash[:12]}"
+        if self.on_disk == NO_RECORD:
+            return (f"{where}: in the chain ({self.relation} of {self.detail.get('reached_from', '?')}) "
+                    "but no artifact row carries this hash (row deleted or its hash edited)")  # fmt: skip
+        if self.relation == NOT_IN_CHAIN:
+            disk = "" if self.on_disk == "ok" else f", and its file is {self.on_disk}"
+            return (
+                f"{where}: recorded, but the chain points at another {self.kind} of round {self.round}{disk}"
+            )
+        return "" if self.on_disk == "ok" else f"{where}: file {self.on_disk} ({self.path})"
 
 
 @dataclass(frozen=True)
@@ -54,11 +93,17 @@ class LineageReport:
 
     @property
     def all_match(self) -> bool:
-        return all(e.on_disk == "ok" for e in self.entries)
+        return all(e.matches for e in self.entries)
+
+    @property
+    def mismatches(self) -> list[str]:
+        """One line per entry that spoils ``all_match``."""
+        return [e.mismatch() for e in self.entries if not e.matches]
 
     def as_dict(self) -> dict:
         return {"experiment": self.experiment, "round": self.round, "checkpoint": self.checkpoint_hash,
-                "all_match": self.all_match, "artifacts": [asdict(e) for e in self.entries]}  # fmt: skip
+                "all_match": self.all_match, "mismatches": self.mismatches,
+                "artifacts": [asdict(e) for e in self.entries]}  # fmt: skip
 
     def as_text(self) -> str:
         lines = [f"lineage of {self.experiment} round {self.round} checkpoint {self.checkpoint_hash[:12]}"]
@@ -68,14 +113,18 @@ class LineageReport:
                 current = e.round
                 lines.append(f"round {e.round}" + ("  (initial policy)" if e.round == 0 else ""))
             detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
+            detail += f" experiment={e.experiment}" if e.experiment != self.experiment else ""
             runs = f" dagster={e.dagster_run_id[:8]}" if e.dagster_run_id else ""
             runs += f" mlflow={e.mlflow_run_id[:8]}" if e.mlflow_run_id else ""
-            name = e.kind + (f"[{e.variant}]" if e.variant else "")
             lines.append(
-                f"  {name:<20} {e.content_hash[:12]}  {e.on_disk:<7} {e.relation:<16} {detail}{runs}"
+                f"  {e.name:<20} {e.content_hash[:12]}  {e.on_disk:<9} {e.relation:<16} {detail}{runs}"
             )
-            lines.append(f"  {'':<20} {e.path}")
-        lines.append("all files match their recorded hashes" if self.all_match else "SOME FILES DO NOT MATCH")
+            lines.append(f"  {'':<20} {e.path or '(no artifact row carries this hash)'}")
+        if self.all_match:
+            lines.append("all files match their recorded hashes")
+        else:
+            lines.append(f"LINEAGE DOES NOT MATCH ({len(self.mismatches)}):")
+            lines += [f"  {m}" for m in self.mismatches]
         return "\n".join(lines)
 
 
@@ -97,21 +146,50 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
         return None
     mlflow_ids = {(r.dagster_run_id, r.round): r.mlflow_run_id for r in store.runs(experiment)}
 
-    def entry(artifact, relation: str) -> AuditEntry:
+    def entry(artifact: ArtifactRecord, relation: str) -> AuditEntry:
         return AuditEntry(
             round=artifact.round, kind=artifact.kind, variant=artifact.variant, content_hash=artifact.content_hash,
             path=artifact.path, on_disk=problem.kind if (problem := check_on_disk(artifact)) else "ok", relation=relation,
             detail=_detail(artifact.kind, dict(artifact.meta)), dagster_run_id=artifact.dagster_run_id,
-            mlflow_run_id=mlflow_ids.get((artifact.dagster_run_id, artifact.round)),
+            mlflow_run_id=mlflow_ids.get((artifact.dagster_run_id, artifact.round)), experiment=artifact.experiment,
         )  # fmt: skip
 
-    entries = [entry(artifact, node.relation or "audited") for node in store.lineage_chain(record.content_hash)
-               for artifact in node.artifacts if artifact.experiment == experiment]  # fmt: skip
-    for round_in_chain in sorted(
-        {e.round for e in entries}
-    ):  # every re-scored version of those rounds, beside them
-        entries += [entry(a, RESCORED) for a in store.artifacts(experiment, round_in_chain)
-                    if a.kind.startswith("rescore_")]  # fmt: skip
+    chain = store.lineage_chain(record.content_hash)
+    entries = _chain_entries(chain, experiment, entry)
+    in_chain = {node.content_hash for node in chain}
+    reached = {(e.round, e.kind) for e in entries if e.kind != UNRECORDED and e.experiment == experiment}
+    for round_in_chain in sorted({r for r, _ in reached}):  # what else each round holds, beside the chain
+        for a in store.artifacts(experiment, round_in_chain):
+            if a.kind.startswith("rescore_"):
+                entries.append(entry(a, RESCORED))
+            elif (
+                a.kind in CHAIN_KINDS and a.content_hash not in in_chain and (a.round, a.kind) not in reached
+            ):
+                entries.append(entry(a, NOT_IN_CHAIN))
     rank = {k: i for i, k in enumerate(KIND_ORDER)}
     entries.sort(key=lambda e: (-e.round, rank.get(e.kind, len(rank)), e.variant))
     return LineageReport(experiment, round_, record.content_hash, entries)
+
+
+def _chain_entries(
+    chain: list[LineageNode], experiment: str, entry: Callable[[ArtifactRecord, str], AuditEntry]
+) -> list[AuditEntry]:
+    """One entry per artifact row of each chain node (the experiment's rows, else any experiment's), and
+    an "unrecorded" entry for a node that no row carries, placed in the round of the node pointing at it."""
+    entries: list[AuditEntry] = []
+    round_of: dict[str, int] = {}
+    for node in chain:  # breadth-first: a node's child comes before it
+        own = [a for a in node.artifacts if a.experiment == experiment]
+        rows = own or list(node.artifacts)
+        entries += [entry(a, node.relation or "audited") for a in rows]
+        if rows:
+            round_of[node.content_hash] = min(a.round for a in rows)
+            continue
+        round_ = round_of.get(node.child_hash or "", 0)
+        round_of[node.content_hash] = round_
+        entries.append(AuditEntry(
+            round=round_, kind=UNRECORDED, variant="", content_hash=node.content_hash, path="", on_disk=NO_RECORD,
+            relation=node.relation, detail={"reached_from": (node.child_hash or "")[:12]}, dagster_run_id=None,
+            mlflow_run_id=None, experiment=experiment,
+        ))  # fmt: skip
+    return entries

@@ -8,30 +8,45 @@ key. A TOML file (`creditline run --config FILE`) overrides any field of the def
     [advantages]
     estimator = "grpo"
     params = { norm_by_std = true }
+
+Because a registered name can never be reused, nothing is registered unchecked: each field carries
+its rule as metadata (a range, registered choices or a pattern; `creditline.config_checks` reads
+them), `load_config` and `from_dict` report every problem of a config at once as a `ConfigError`,
+and constructing an `ExperimentConfig` checks it too, so a config that exists is valid.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from creditline.envs import Environment, make_env
+from creditline.advantages import available
+from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, sections
+from creditline.envs import ENVIRONMENTS, Environment, make_env
+from creditline.rubrics import RUBRICS
 from creditline.trainer import TrainConfig
 
 EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+NAME_RULE = (EXPERIMENT_NAME, "1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit")
+ENGINES = ("torch", "vllm")
+"""The kinds `creditline.engines.make_engine` builds."""
+DEVICE_RULE = (re.compile(r"cpu|mps|cuda(:[0-9]+)?"), '"cpu", "cuda", "cuda:N" or "mps"')
+SEED_RANGE = "[0, 2_147_483_647]"
 
 
 @dataclass(frozen=True)
 class EnvSettings:
-    name: str = "maze"
+    name: str = field(default="maze", metadata={"choices": ENVIRONMENTS})
     """A registered environment (`creditline.envs.ENVIRONMENTS`)."""
     params: dict[str, Any] = field(
         default_factory=lambda: {"size": 5, "max_steps": 16, "invalid_penalty": 0.1, "progress_reward": 0.1,
                                  "view": "relative"}
     )  # fmt: skip
+    """Keyword arguments of the environment's constructor; checked by building it once."""
 
     def build(self) -> Environment:
         """A fresh environment instance (rollouts make one per episode)."""
@@ -40,44 +55,47 @@ class EnvSettings:
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    tasks_per_round: int = 64
+    tasks_per_round: int = field(default=64, metadata={"range": "[1, 100_000]"})
     """Training tasks drawn per round; each is played `group_size` times."""
-    group_size: int = 8
-    """G: samples per task, the group that advantages compare within."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 1
+    group_size: int = field(default=8, metadata={"range": "[1, 1024]"})
+    """G: samples per task, the group that advantages compare within (G = 1 is legal, but every
+    group-relative advantage is then 0)."""
+    temperature: float = field(default=1.0, metadata={"range": "(0, 10]"})
+    top_p: float = field(default=1.0, metadata={"range": "(0, 1]"})
+    max_new_tokens: int = field(default=1, metadata={"range": "[1, 32_768]"})
     """Completion length limit; the built-in maze actions are one token."""
-    engine: str = "torch"
+    engine: str = field(default="torch", metadata={"choices": ENGINES})
     """"torch" (any machine) or "vllm" (CUDA GPU, `creditline[vllm]`)."""
-    device: str = "cpu"
+    device: str = field(default="cpu", metadata={"pattern": DEVICE_RULE})
 
 
 @dataclass(frozen=True)
 class AdvantageSettings:
-    estimator: str = "gigpo"
+    estimator: str = field(default="gigpo", metadata={"choices": available})
     """A registered estimator (`creditline.advantages.available()`)."""
     params: dict[str, Any] = field(
         default_factory=lambda: {"mode": "mean_std_norm", "gamma": 0.95, "step_advantage_w": 1.0}
     )
+    """The estimator's keyword parameters; checked by resolving them and computing a probe table."""
 
 
 @dataclass(frozen=True)
 class EvalSettings:
-    num_tasks: int = 100
+    num_tasks: int = field(default=100, metadata={"range": "[1, 100_000]"})
     """Held-out tasks, each played once greedily."""
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    name: str = "maze-gigpo"
-    seed: int = 0
+    name: str = field(default="maze-gigpo", metadata={"pattern": NAME_RULE})
+    seed: int = field(default=0, metadata={"range": SEED_RANGE})
     """Seeds the initial policy, the training task draw, sampling and minibatch order."""
-    rounds: int = 20
+    rounds: int = field(default=20, metadata={"range": "[1, 10_000]"})
     """The most rounds this experiment runs (the sensor stops there; `creditline run --rounds` may ask fewer)."""
-    initial_policy: str = "builtin:tiny"
-    """"builtin:tiny" (a random tiny Llama from `seed`) or the path of a local HF checkpoint folder."""
-    rubric: str = "env"
+    initial_policy: str = BUILTIN_POLICY
+    """"builtin:tiny" (a random tiny Llama from `seed`) or the path of a local HF checkpoint folder
+    (one with a config.json; looked for when a config is loaded)."""
+    rubric: str = field(default="env", metadata={"choices": RUBRICS})
     """The registered rubric used for training (`creditline.rubrics.RUBRICS`)."""
     env: EnvSettings = field(default_factory=EnvSettings)
     rollouts: RolloutSettings = field(default_factory=RolloutSettings)
@@ -88,29 +106,100 @@ class ExperimentConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
 
     def __post_init__(self):
-        if not EXPERIMENT_NAME.match(self.name):
-            raise ValueError(f"experiment name {self.name!r} must match {EXPERIMENT_NAME.pattern}")
+        _, problems = check_config(ExperimentConfig, self.to_dict())
+        if problems:
+            raise ConfigError([p.line() for p in problems])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def from_dict(data: dict[str, Any], base: Any = None) -> Any:
-    """Overlay `data` on `base` (default: `ExperimentConfig()`), recursively; unknown keys fail."""
-    base = ExperimentConfig() if base is None else base
-    known = {f.name: f for f in fields(base)}
-    updates = {}
-    for key, value in data.items():
-        if key not in known:
-            raise ValueError(f"unknown config key {key!r} in {type(base).__name__}; known: {sorted(known)}")
-        current = getattr(base, key)
-        updates[key] = (
-            from_dict(value, current) if is_dataclass(current) and isinstance(value, dict) else value
-        )
-    return replace(base, **updates)
+def from_dict(data: Mapping[str, Any], base: ExperimentConfig | None = None) -> ExperimentConfig:
+    """Overlay `data` on `base` (default: `ExperimentConfig()`), recursively; every problem raises
+    one `ConfigError`. Also reads back registered configs (`ExperimentConfig().to_dict()` shaped)."""
+    return _validated(data, base or ExperimentConfig())
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> ExperimentConfig:
-    data = tomllib.loads(Path(path).read_text()) if path else {}
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    return from_dict(data)
+    """The defaults overlaid with the TOML file at `path`, then with `overrides` (None values are
+    ignored), checked; every problem raises one `ConfigError` whose lines name the file (problems
+    of an override's field name no file)."""
+    data = read_toml(Path(path)) if path else {}
+    given = {key: value for key, value in overrides.items() if value is not None}
+    merged = overlay(ExperimentConfig, data, given)
+    return _validated(merged, ExperimentConfig(), str(path) if path else None, set(given), files=True)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The parsed file; a missing, unreadable or malformed file raises a one-line `ConfigError`."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such config file"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the config file ({exc.strerror})"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {exc.start})"]) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: {describe_toml_error(exc, text)}"]) from None
+
+
+_TOML_AT = re.compile(
+    r"(?P<msg>.*) \(at (line (?P<line>\d+), column (?P<column>\d+)|end of document)\)", re.DOTALL
+)
+
+
+def describe_toml_error(exc: tomllib.TOMLDecodeError, text: str) -> str:
+    """`line L, column C: invalid TOML (what): <the line>`; Python < 3.14 has the position only in the message."""
+    source_lines = text.splitlines() or [""]
+    match = _TOML_AT.fullmatch(str(exc))
+    if hasattr(exc, "lineno"):
+        line, column, what = exc.lineno, exc.colno, exc.msg
+    elif match and match["line"]:
+        line, column, what = int(match["line"]), int(match["column"]), match["msg"]
+    elif match:  # at the end of the document
+        line, column, what = len(source_lines), len(source_lines[-1]) + 1, match["msg"]
+    else:
+        return f"invalid TOML ({exc})"
+    what = what[:1].lower() + what[1:]
+    quoted = source_lines[line - 1].strip() if 0 < line <= len(source_lines) else ""
+    return f"line {line}, column {column}: invalid TOML ({what})" + (f": {quoted}" if quoted else "")
+
+
+def overlay(cls: type, base: Mapping[str, Any], data: Mapping[Any, Any]) -> dict[Any, Any]:
+    """`base` with `data`'s keys set; a table under a section field (a dataclass) merges into it, any
+    other value (`params` tables included) replaces the base value. Unknown keys are kept, to be reported."""
+    merged = dict(base)
+    for key, value in data.items():
+        section = sections(cls).get(key)
+        if section and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = overlay(section, merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def build(cls: type, values: Mapping[str, Any]) -> Any:
+    """The dataclass `cls` from checked values, sections built recursively."""
+    nested = sections(cls)
+    return cls(**{key: build(nested[key], v) if key in nested else v for key, v in values.items()})
+
+
+def _validated(
+    data: Any,
+    base: ExperimentConfig,
+    source: str | None = None,
+    overridden: set[str] | None = None,
+    *,
+    files: bool = False,
+) -> ExperimentConfig:
+    if not isinstance(data, Mapping):
+        raise ConfigError([Problem("(config)", data, "must be a table of fields").line(source)])
+    merged = overlay(ExperimentConfig, base.to_dict(), data)
+    valid, problems = check_config(ExperimentConfig, merged, files=files)
+    if problems:
+        overridden = overridden or set()
+        raise ConfigError([p.line(None if p.path.split(".")[0] in overridden else source) for p in problems])
+    return build(ExperimentConfig, valid)

@@ -200,5 +200,6 @@ def rubric_by_version(version: str) -> Rubric | RubricGroup:
         if rubric.version == version:
             return rubric
     raise ValueError(
-        f"no registered rubric has version {version!r}; known: {[r.version for r in RUBRICS.values()]}"
+        f"rubric version {version} was scored before but is no longer defined in code (creditline/rubrics.py); "
+        f"its stored partitions stay readable (defined now: {', '.join(r.version for r in RUBRICS.values())})"
     )

@@ -17,28 +17,33 @@ The trainer returns metrics and the optimiser state; it logs and writes nothing 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from creditline.faults import failpoint
+
 
 @dataclass(frozen=True)
 class TrainConfig:
-    learning_rate: float = 2e-3
-    epochs: int = 2
+    learning_rate: float = field(default=2e-3, metadata={"range": "(0, 1]"})
+    """AdamW's step size."""
+    epochs: int = field(default=2, metadata={"range": "[1, 1000]"})
     """Passes over the round's step rows."""
-    minibatches: int = 4
-    """Optimiser steps per epoch; rows are shuffled into this many parts."""
-    clip_eps: float = 0.2
+    minibatches: int = field(default=4, metadata={"range": "[1, 100_000]"})
+    """Optimiser steps per epoch; rows are shuffled into this many parts (at most a round's episodes)."""
+    clip_eps: float = field(default=0.2, metadata={"range": "(0, 1]"})
     """PPO clip range ε."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = field(default=0.0, metadata={"range": "[0, 1]"})
     """Weight β of the entropy bonus −β·H̄ (mean next-token entropy over completion tokens); keeps exploring."""
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    temperature: float = 1.0
+    max_grad_norm: float = field(default=1.0, metadata={"range": "(0, 1000]"})
+    """Gradients are clipped to this global norm."""
+    weight_decay: float = field(default=0.0, metadata={"range": "[0, 1]"})
+    """AdamW's decoupled weight decay."""
+    temperature: float = field(default=1.0, metadata={"range": "(0, 10]"})
     """The sampling temperature: logits are divided by it so ρ compares like with like."""
-    seed: int = 0
+    seed: int = field(default=0, metadata={"range": "[0, 2_147_483_647]"})
     """Seed of the minibatch shuffling."""
 
 
@@ -152,6 +157,7 @@ def train(
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
+            failpoint("train:update")
             metrics.append(
                 {
                     "epoch": epoch,

@@ -3,12 +3,14 @@
     creditline run [--experiment NAME] [--rounds N] [--config FILE]
     creditline report [--experiment NAME] [--json]
     creditline lineage [--experiment NAME] [--round R] [--json]
-    creditline verify [--experiment NAME]
+    creditline verify [--experiment NAME] [--json]
     creditline register [--experiment NAME] [--config FILE]
     creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
     creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out OUT.parquet
 
-Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`).
+Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`) and
+`--debug` (tracebacks instead of one-line errors). Expected errors (a bad config, argument or input
+file, a failed blocking check) print `error: ...` lines and exit 2; a failed round exits 1.
 `--experiment` defaults to the default experiment's name, `--round` to the newest round.
 """
 
@@ -18,29 +20,31 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 from creditline.config import ExperimentConfig, load_config
-from creditline.store import ExperimentConfigMismatch, LineageStore
-from resources.lineage import DATA_ROOT_ENV, LineageResource, default_data_root
+from creditline.store import LineageStore
+from resources.lineage import DATA_ROOT_ENV, PROCESS_TAG, LineageResource, default_data_root
 
 DEFAULT_EXPERIMENT = ExperimentConfig().name
+
+
+class UsageError(ValueError):
+    """A command-line argument that cannot be used; printed as one line, exit 2."""
 
 
 def _store(data_root: str) -> LineageStore:
     return LineageResource(data_root=data_root).store()
 
 
-def _register(args) -> tuple[ExperimentConfig, str] | None:
-    """Register the experiment `--config`/`--experiment` describe; None (after saying why) on a mismatch."""
-    config = load_config(args.config, name=args.experiment)
-    try:
-        return config, _store(args.data_root).register_experiment(config.name, config.to_dict())
-    except ExperimentConfigMismatch as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return None
+def _known_experiment(store: LineageStore, name: str) -> None:
+    if store.experiment_config(name) is None:
+        known = store.experiments()
+        raise UsageError(f"--experiment {name!r} is not registered in {store.path}; "
+                         f"registered: {', '.join(known) if known else 'none'}")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)
@@ -52,74 +56,180 @@ def _job(data_root: str, job_name: str):
 
 def _execute(instance, data_root: str, job_name: str, partition_key, tags: dict[str, str] | None = None):
     """Run one partition of a job in this process against the persistent instance, logging warnings only."""
+    from creditline.liveness import this_process
+
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     return _job(data_root, job_name).execute_in_process(
         instance=instance,
         partition_key=partition_key,
         run_config=quiet,
         raise_on_error=False,
-        tags=tags or {},
+        tags={**(tags or {}), PROCESS_TAG: str(this_process())},
     )
+
+
+def _housekeeping(instance, data_root: str) -> None:
+    """Reclaim what dead processes left (runs, pool slots, MLflow runs, temp files) and say so."""
+    from creditline.store.orphans import remove_orphans
+    from pipelines.reaper import reap_dead_runs
+
+    for line in reap_dead_runs(instance, data_root):
+        print(line, flush=True)
+    for orphan in remove_orphans(data_root):
+        print(f"removed {orphan.path}: left by a writer that died", flush=True)
+
+
+def _wait_for_pools(instance, data_root: str, poll_s: float = 2.0) -> None:
+    """Block until no other run holds a pool slot, saying what we wait for (and reaping as we go)."""
+    from pipelines.reaper import pool_holders, reap_dead_runs
+
+    announced: list[str] = []
+    while held := pool_holders(instance):
+        if held != announced:
+            print("waiting: " + "; ".join(held) + " (Ctrl-C to stop)", flush=True)
+            announced = held
+        time.sleep(poll_s)
+        for line in reap_dead_runs(instance, data_root):
+            print(line, flush=True)
+
+
+def _refuse_if_in_flight(instance, experiment: str) -> None:
+    """Another process (the round sensor's run, say) is already running a round of this experiment."""
+    import dagster as dg
+
+    from pipelines.reaper import LIVE, describe_run, run_is_dead
+    from pipelines.sensors import EXPERIMENT_TAG
+
+    for run in instance.get_runs(dg.RunsFilter(tags={EXPERIMENT_TAG: experiment}, statuses=LIVE)):
+        if not run_is_dead(run):
+            from creditline.store.leases import LeaseHeldError
+
+            raise LeaseHeldError(f"experiment {experiment!r} has a round in flight: {describe_run(run)}; "
+                                 "wait for it to finish, or terminate it in the Dagster UI")  # fmt: skip
+
+
+def _failure_lines(result, debug: bool) -> list[str]:
+    """What stopped a round: failed steps and failed blocking checks, one line each."""
+    lines = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            text = error.to_string() if debug else _root_message(error)
+            lines.append(f"{event.step_key}: {text}")
+        elif event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.passed:
+            data = event.event_specific_data
+            problem = data.metadata.get("problem")
+            lines.append(f"check {data.check_name} on {data.asset_key.to_user_string()} failed: "
+                         f"{getattr(problem, 'value', problem)}")  # fmt: skip
+    return lines
+
+
+def _root_message(error) -> str:
+    """The innermost cause of a Dagster error: what the user's data or code actually said."""
+    while error.cause is not None:
+        error = error.cause
+    return f"{error.cls_name}: {error.message.strip().splitlines()[0] if error.message.strip() else ''}"
 
 
 def cmd_run(args) -> int:
     from assets.partitions import ROUNDS, round_key
+    from creditline.store.leases import hold_lease
+    from creditline.store.rounds import round_commits
     from pipelines.definitions import ROUND_JOB
     from pipelines.instance import get_instance
+    from pipelines.rubric_partitions import sync_rubric_partitions
     from pipelines.sensors import EXPERIMENT_TAG
 
-    registered = _register(args)
-    if registered is None:
-        return 2
-    config, store = registered[0], _store(args.data_root)
-    rounds = args.rounds or config.rounds
+    config = load_config(args.config, name=args.experiment)
+    rounds = config.rounds if args.rounds is None else args.rounds
+    if not 1 <= rounds <= config.rounds:
+        raise UsageError(f"--rounds {args.rounds}: must be between 1 and the config's rounds ({config.rounds})")
+    store = _store(args.data_root)
     instance = get_instance(args.data_root)
-    done = {e.round for e in store.evaluations(config.name)}
-    print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}")
-    for round_ in range(1, rounds + 1):
-        if round_ in done:
-            continue
-        key = round_key(config.name, round_)
-        if not instance.has_dynamic_partition(ROUNDS.name, key):
-            instance.add_dynamic_partitions(ROUNDS.name, [key])
-        start = time.perf_counter()
-        result = _execute(instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: config.name})
-        if not result.success:
-            failures = [e.message for e in result.all_events if e.is_failure]
-            print(
-                f"round {round_} failed (dagster run {result.run_id}):\n  " + "\n  ".join(failures),
-                file=sys.stderr,
-            )
-            return 1
-        latest = {e.round: e for e in store.evaluations(config.name)}
-        print(f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
-              f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
-              f"{time.perf_counter() - start:5.1f} s", flush=True)  # fmt: skip
+    with hold_lease(store, config.name) as lease:
+        if lease.replaced:
+            print(f"took over experiment {config.name!r} from a `creditline run` that died ({lease.replaced})")
+        _housekeeping(instance, args.data_root)
+        _refuse_if_in_flight(instance, config.name)
+        store.register_experiment(config.name, config.to_dict())
+        sync_rubric_partitions(instance, store)
+        print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}", flush=True)
+        for round_ in range(1, rounds + 1):
+            if round_ in round_commits(store, config.name):
+                continue
+            key = round_key(config.name, round_)
+            if not instance.has_dynamic_partition(ROUNDS.name, key):
+                instance.add_dynamic_partitions(ROUNDS.name, [key])
+            _wait_for_pools(instance, args.data_root)
+            start = time.perf_counter()
+            result = _execute(instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: config.name})
+            if not result.success:
+                _close_round_tracking(args.data_root, store, config.name, round_, "FAILED")
+                lines = _failure_lines(result, args.debug) or ["see the run in the Dagster UI"]
+                print(f"round {round_} failed (dagster run {result.run_id[:8]}):", file=sys.stderr)
+                for line in lines:
+                    print(f"  {line}", file=sys.stderr)
+                return 1
+            latest = {e.round: e for e in store.evaluations(config.name)}
+            print(f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
+                  f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
+                  f"{time.perf_counter() - start:5.1f} s", flush=True)  # fmt: skip
     _print_report(store.evaluations(config.name))
     return 0
 
 
+def _close_round_tracking(data_root: str, store: LineageStore, experiment: str, round_: int, status: str) -> None:
+    """Close the round's (and the experiment's) MLflow runs that are still RUNNING."""
+    from creditline.store.rounds import EXPERIMENT_RUN_ROUND, tracking_run_id
+    from resources import TrackerResource
+
+    tracker = TrackerResource(data_root=data_root)
+    for key in (round_, EXPERIMENT_RUN_ROUND):
+        run_id = tracking_run_id(store, experiment, key)
+        if run_id is not None and tracker.status(run_id) == "RUNNING":
+            tracker.close(run_id, status)
+
+
 def cmd_register(args) -> int:
     """Register an experiment without running it: the round sensor (Dagster UI) will advance it."""
-    registered = _register(args)
-    if registered is None:
-        return 2
-    config, digest = registered
-    print(
-        f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it"
-    )
+    from pipelines.instance import get_instance
+    from pipelines.rubric_partitions import sync_rubric_partitions
+
+    config = load_config(args.config, name=args.experiment)
+    store = _store(args.data_root)
+    digest = store.register_experiment(config.name, config.to_dict())
+    sync_rubric_partitions(get_instance(args.data_root), store)
+    print(f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it")
     return 0
 
 
+def _spans(rounds: list[int]) -> str:
+    """[1, 2, 3, 7, 9, 10] -> "1..3, 7, 9..10": a long list of rounds in a line."""
+    spans: list[list[int]] = []
+    for r in rounds:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(f"{a}..{b}" if b > a else f"{a}" for a, b in spans) or "none"
+
+
 def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
+    """`A..B` or `A` -> the rounds asked for, every one of which must have rollouts recorded."""
     if not text:
         return available
     first, sep, last = text.partition("..")
-    wanted = range(int(first), int(last if sep else first) + 1)
-    missing = [r for r in wanted if r not in available]
+    try:
+        low, high = int(first), int(last if sep else first)
+    except ValueError:
+        raise UsageError(f"--rounds {text!r}: expected A..B or A, e.g. 1..20") from None
+    if low < 1 or high < low:
+        raise UsageError(f"--rounds {text}: need 1 <= A <= B")
+    missing = [r for r in range(low, high + 1) if r not in available]
     if missing:
-        raise ValueError(f"rounds {missing} have no rollouts recorded (available: {available})")
-    return list(wanted)
+        raise UsageError(f"--rounds {text}: rounds {_spans(missing)} have no rollouts recorded "
+                         f"(available: {_spans(available)})")  # fmt: skip
+    return list(range(low, high + 1))
 
 
 def cmd_rescore(args) -> int:
@@ -131,29 +241,31 @@ def cmd_rescore(args) -> int:
     from pipelines import dagster_client
     from pipelines.definitions import RESCORE_JOB
     from pipelines.instance import get_instance
+    from pipelines.rubric_partitions import sync_rubric_partitions
 
     store = _store(args.data_root)
+    _known_experiment(store, args.experiment)
     try:
         version = (RUBRICS[args.rubric] if args.rubric in RUBRICS else rubric_by_version(args.rubric)).version
-        rounds = _parse_rounds(
-            args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")})
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"--rubric {args.rubric!r}: {exc}; registered rubrics: {', '.join(sorted(RUBRICS))}") from None
+    rounds = _parse_rounds(args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")}))
+    instance = get_instance(args.data_root)
+    sync_rubric_partitions(instance, store)
     keys = [dg.MultiPartitionKey({"round": round_key(args.experiment, r), "rubric": version}) for r in rounds]
     url = dagster_client.dagster_url(args.dagster_url)
     if dagster_client.is_running(url):
         backfill = dagster_client.launch_backfill(url, [str(k) for k in keys],
                                                   ["rescored_scores", "rescored_advantages"],
                                                   f"rescore {args.experiment} with {version}")  # fmt: skip
-        print(f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds {rounds})")
+        print(f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds {_spans(rounds)})")
         return 0
-    instance = get_instance(args.data_root)
     for round_, key in zip(rounds, keys, strict=True):
         result = _execute(instance, args.data_root, RESCORE_JOB, key)
         if not result.success:
-            print(f"re-scoring round {round_} failed (dagster run {result.run_id})", file=sys.stderr)
+            print(f"re-scoring round {round_} failed (dagster run {result.run_id[:8]}):", file=sys.stderr)
+            for line in _failure_lines(result, args.debug):
+                print(f"  {line}", file=sys.stderr)
             return 1
         record = store.artifact(args.experiment, round_, "rescore_advantages", version)
         comparison = store.artifact(args.experiment, round_, "rescore_comparison", version).meta
@@ -174,9 +286,11 @@ def _print_report(evaluations) -> None:
 
 
 def cmd_report(args) -> int:
-    evaluations = _store(args.data_root).evaluations(args.experiment)
+    store = _store(args.data_root)
+    _known_experiment(store, args.experiment)
+    evaluations = store.evaluations(args.experiment)
     if not evaluations:
-        print(f"no evaluations for experiment {args.experiment!r} under {args.data_root}", file=sys.stderr)
+        print(f"no evaluations yet for experiment {args.experiment!r} under {args.data_root}", file=sys.stderr)
         return 1
     if args.json:
         rows = [{"round": e.round, "policy": "initial" if e.round == 0 else f"round {e.round}",
@@ -192,7 +306,9 @@ def cmd_report(args) -> int:
 def cmd_lineage(args) -> int:
     from creditline.audit import lineage_report
 
-    report = lineage_report(_store(args.data_root), args.experiment, args.round)
+    store = _store(args.data_root)
+    _known_experiment(store, args.experiment)
+    report = lineage_report(store, args.experiment, args.round)
     if report is None:
         print(f"no checkpoint for experiment {args.experiment!r} round {args.round}", file=sys.stderr)
         return 1
@@ -200,13 +316,44 @@ def cmd_lineage(args) -> int:
     return 0 if report.all_match else 1
 
 
+def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> list:
+    """Committed rounds whose MLflow run is missing or not FINISHED; runs left RUNNING by nobody."""
+    from creditline.store import Problem
+    from creditline.store.rounds import EXPERIMENT_RUN_ROUND, round_commits, tracking_runs
+    from resources import TrackerResource
+
+    tracker = TrackerResource(data_root=data_root)
+    runs = tracking_runs(store, experiment)
+    problems = []
+    for round_ in round_commits(store, experiment):
+        if round_ not in runs:
+            problems.append(Problem("tracking", f"{experiment}/{round_}", "", None,
+                                    f"{experiment}/{round_}: committed without an MLflow run"))  # fmt: skip
+    for round_, run_id in runs.items():
+        try:
+            status = tracker.status(run_id)
+        except Exception as exc:  # deleted from the tracking server, or the server is unreachable
+            status = f"unreadable ({type(exc).__name__})"
+        which = "the experiment's parent run" if round_ == EXPERIMENT_RUN_ROUND else f"round {round_}'s run"
+        if status != "FINISHED":
+            problems.append(Problem("tracking", f"{experiment}/{round_}", run_id, None,
+                                    f"{experiment}: MLflow {which} {run_id[:8]} is {status}, not FINISHED"))  # fmt: skip
+    return problems
+
+
 def cmd_verify(args) -> int:
-    problems = _store(args.data_root).verify(args.experiment)
-    for p in problems:
-        print(
-            f"{p.kind:>8}  {p.path}  expected {p.expected_hash[:12]}  actual {(p.actual_hash or '-')[:12]}  {p.detail}"
-        )
-    print(f"{len(problems)} problem(s) in experiment {args.experiment!r}")
+    from creditline.store.rounds import round_problems
+
+    store = _store(args.data_root)
+    _known_experiment(store, args.experiment)
+    problems = store.verify(args.experiment, data_root=args.data_root)
+    problems += round_problems(store, args.experiment)
+    problems += _tracking_problems(args.data_root, store, args.experiment)
+    if args.json:
+        print(json.dumps([vars(p) for p in problems], indent=2))
+    for p in problems if not args.json else []:
+        print(f"{p.kind:>12}  {p.detail}")
+    print(f"{len(problems)} problem(s) in experiment {args.experiment!r}", file=sys.stderr if args.json else sys.stdout)
     return 1 if problems else 0
 
 
@@ -217,32 +364,44 @@ def _parse_value(text: str):
         return text
 
 
+def _read_input(path: str, flag: str):
+    """A Parquet file given on the command line, or one line saying why it cannot be read."""
+    import pyarrow as pa
+
+    from creditline.store import read_parquet
+
+    if not Path(path).is_file():
+        raise UsageError(f"{flag} {path}: no such file")
+    try:
+        return read_parquet(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise UsageError(f"{flag} {path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+
+
 def cmd_advantages(args) -> int:
     from creditline.advantages import compute
-    from creditline.store import read_parquet, write_parquet_atomic
+    from creditline.store import write_parquet_atomic
 
     params = {}
     for item in args.param:
         key, sep, value = item.partition("=")
         if not sep:
-            print(f"error: --param {item!r} is not key=value", file=sys.stderr)
-            return 2
+            raise UsageError(f"--param {item!r} is not key=value")
         params[key] = _parse_value(value)
-    steps = read_parquet(args.steps)
+    steps = _read_input(args.steps, "--steps")
     if args.scores:  # a rubric's rewards replace the environment's
-        scores = read_parquet(args.scores)[["episode_id", "step_idx", "step_reward", "episode_reward"]]
+        scores = _read_input(args.scores, "--scores")
+        wanted = ["episode_id", "step_idx", "step_reward", "episode_reward"]
+        if missing := [c for c in wanted if c not in scores.columns]:
+            raise UsageError(f"--scores {args.scores}: missing column(s) {missing}")
         steps = steps.drop(columns=["step_reward", "episode_reward"], errors="ignore").merge(
-            scores, on=["episode_id", "step_idx"], how="left", validate="one_to_one"
+            scores[wanted], on=["episode_id", "step_idx"], how="left", validate="one_to_one"
         )
         print(f"rewards from {args.scores}")
     elif "episode_reward" not in steps.columns and {"episode_id", "step_reward"} <= set(steps.columns):
         steps["episode_reward"] = steps.groupby("episode_id")["step_reward"].transform("sum")
         print("episode_reward = sum of step_reward per episode (no episode_reward column, no --scores)")
-    try:
-        steps["advantage"] = compute(args.estimator, steps, **params)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    steps["advantage"] = compute(args.estimator, steps, **params)
     written = write_parquet_atomic(steps, args.out)
     print(f"wrote {written.rows} rows to {written.path} (sha256 {written.content_hash[:12]})")
     return 0
@@ -251,12 +410,14 @@ def cmd_advantages(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="creditline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", default=None, help=f"default: ${DATA_ROOT_ENV} or ./creditline-data")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name, func, help_):
         p = sub.add_parser(name, help=help_)
         p.set_defaults(func=func)
         p.add_argument("--data-root", default=argparse.SUPPRESS)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
         return p
 
     run = add("run", cmd_run, "run rounds through Dagster")
@@ -276,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "or http://127.0.0.1:3000); in-process when none answers")  # fmt: skip
     for name, func, help_ in [("report", cmd_report, "evaluation per round"),
                               ("lineage", cmd_lineage, "the chain behind a round's checkpoint"),
-                              ("verify", cmd_verify, "re-hash every recorded artifact")]:  # fmt: skip
+                              ("verify", cmd_verify, "re-hash every artifact, check edges, rounds and tracking")]:  # fmt: skip
         p = add(name, func, help_)
         p.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
         p.add_argument("--json", action="store_true")
@@ -293,11 +454,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """Failures a user causes and can fix: one line each, exit 2 (everything else is a bug)."""
+    from creditline.advantages import AdvantageInputError
+    from creditline.config_checks import ConfigError
+    from creditline.lineage_chain import ParentCheckpointError
+    from creditline.store import ExperimentConfigMismatch, StoreLockedError
+    from creditline.store.leases import LeaseHeldError
+    from schemas import TableValidationError
+
+    return (UsageError, ConfigError, ExperimentConfigMismatch, StoreLockedError, LeaseHeldError,
+            ParentCheckpointError, TableValidationError, AdvantageInputError)  # fmt: skip
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.data_root = str(Path(args.data_root or default_data_root()).resolve())
     os.environ[DATA_ROOT_ENV] = args.data_root
-    return args.func(args)
+    signal.signal(signal.SIGTERM, _interrupt)  # a polite kill ends like Ctrl-C: the run is marked failed
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted: the round in progress stays incomplete; `creditline run` again completes it",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    except _expected_errors() as exc:
+        if args.debug:
+            raise
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if args.debug:
+            raise
+        first = (str(exc).splitlines() or [""])[0]
+        print(f"error: {type(exc).__name__}: {first} (unexpected: run again with --debug for the traceback)",
+              file=sys.stderr)  # fmt: skip
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """The round sensor: advances every registered experiment, one round at a time.
 
-Schedules cannot add dynamic partitions, so a sensor does it. On each tick, for each experiment in
-the lineage store: if no run of it is in flight, and its newest round finished (the run succeeded,
-so its blocking checks passed, and its evaluation is recorded), and it has not reached its `rounds`,
-the sensor adds the next round's partition and requests its run. The run key is the partition key,
-so a repeated tick never launches the same round twice. An optional cron window (UTC) limits when
-rounds may start, e.g. only at night.
+Schedules cannot add dynamic partitions, so a sensor does it. On each tick it first reclaims what
+dead runs left (`pipelines.reaper`: runs marked failed, pool slots freed, MLflow runs closed) and
+makes every rubric version a partition. Then, for each experiment in the lineage store: unless a
+`creditline run` holds the experiment's lease or a round of it is in flight, it requests the first
+round without a commit point, up to the config's `rounds`, adding its partition. A round whose last
+run was killed (reaped) is requested again, up to MAX_ATTEMPTS; a round that failed for another
+reason waits for a person. The run key is the partition key (plus the attempt), so a repeated tick
+never launches the same attempt twice. An optional cron window (UTC) limits when rounds may start.
 """
 
 from __future__ import annotations
@@ -15,73 +17,77 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from assets.partitions import ROUNDS, parse_round_key, round_key
+from assets.partitions import ROUNDS, round_key
+from creditline.store.leases import lease_holder
+from creditline.store.rounds import round_commits
 from pipelines.cron_window import in_window
+from pipelines.reaper import IN_FLIGHT, REAPED_TAG, reap_dead_runs
+from pipelines.rubric_partitions import sync_rubric_partitions
 from resources import LineageResource
 
 EXPERIMENT_TAG = "creditline/experiment"
 WINDOW_ENV = "CREDITLINE_ROUND_WINDOW"
-IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]  # fmt: skip
+MAX_ATTEMPTS = 3
+"""A round killed this many times in a row is left for a person to look at."""
 
 
-def _rounds_by_experiment(instance: dg.DagsterInstance) -> dict[str, list[int]]:
-    rounds: dict[str, list[int]] = {}
-    for key in instance.get_dynamic_partitions(ROUNDS.name):
-        experiment, round_ = parse_round_key(key)
-        rounds.setdefault(experiment, []).append(round_)
-    return rounds
+def _in_flight(instance: dg.DagsterInstance, experiment: str) -> dg.DagsterRun | None:
+    runs = instance.get_runs(dg.RunsFilter(tags={EXPERIMENT_TAG: experiment}, statuses=IN_FLIGHT), limit=1)
+    return runs[0] if runs else None
 
 
-def _in_flight(instance: dg.DagsterInstance, experiment: str, latest_key: str | None) -> bool:
-    tagged = instance.get_runs(dg.RunsFilter(tags={EXPERIMENT_TAG: experiment}, statuses=IN_FLIGHT), limit=1)
-    if tagged or latest_key is None:
-        return bool(tagged)
-    return bool(
-        instance.get_runs(dg.RunsFilter(tags={"dagster/partition": latest_key}, statuses=IN_FLIGHT), limit=1)
-    )
-
-
-def _finished(instance: dg.DagsterInstance, lineage: LineageResource, experiment: str, round_: int) -> bool:
-    runs = instance.get_runs(
-        dg.RunsFilter(tags={"dagster/partition": round_key(experiment, round_)}), limit=1
-    )
-    evaluated = any(e.round == round_ for e in lineage.store().evaluations(experiment))
-    return evaluated and (not runs or runs[0].status == dg.DagsterRunStatus.SUCCESS)
+def _next_request(instance: dg.DagsterInstance, experiment: str, round_: int) -> dg.RunRequest | str:
+    """The run request for `round_`, or why it must wait."""
+    key = round_key(experiment, round_)
+    runs = instance.get_runs(dg.RunsFilter(tags={"dagster/partition": key}))  # newest first
+    attempt = len(runs) + 1
+    if runs and runs[0].status == dg.DagsterRunStatus.FAILURE:
+        if runs[0].tags.get(REAPED_TAG) != "true":
+            return (f"{experiment}: round {round_} failed (dagster run {runs[0].run_id[:8]}); "
+                    "fix the cause, then re-execute it or `creditline run`")  # fmt: skip
+        if attempt > MAX_ATTEMPTS:
+            return f"{experiment}: round {round_} was killed {len(runs)} times; re-run it by hand"
+    run_key = key if attempt == 1 else f"{key}/attempt-{attempt}"
+    return dg.RunRequest(run_key=run_key, partition_key=key, tags={EXPERIMENT_TAG: experiment})
 
 
 def next_rounds(
     instance: dg.DagsterInstance, lineage: LineageResource
-) -> tuple[list[dg.RunRequest], list[str]]:
-    """The run requests this tick should make, and why each other experiment waits."""
+) -> tuple[list[dg.RunRequest], list[str], list[str]]:
+    """(run requests this tick makes, why each other experiment waits, what was cleaned up)."""
+    store = lineage.store()
+    cleaned = reap_dead_runs(instance, lineage.data_root)
+    sync_rubric_partitions(instance, store)
     requests, waiting = [], []
-    known = _rounds_by_experiment(instance)
-    for experiment in lineage.store().experiments():
+    for experiment in store.experiments():
         config = lineage.experiment(experiment)
-        latest = max(known.get(experiment, [0]))
-        latest_key = round_key(experiment, latest) if latest else None
-        if _in_flight(instance, experiment, latest_key):
-            waiting.append(f"{experiment}: round {latest} in flight")
-        elif latest and not _finished(instance, lineage, experiment, latest):
-            waiting.append(f"{experiment}: round {latest} has not finished successfully")
-        elif latest >= config.rounds:
+        done = round_commits(store, experiment)
+        pending = [r for r in range(1, config.rounds + 1) if r not in done]
+        if (holder := lease_holder(store, experiment)) is not None:
+            waiting.append(f"{experiment}: being run by `creditline run` ({holder})")
+        elif (run := _in_flight(instance, experiment)) is not None:
+            waiting.append(f"{experiment}: {run.tags.get('dagster/partition', 'a round')} in flight")
+        elif not pending:
             waiting.append(f"{experiment}: all {config.rounds} rounds done")
+        elif isinstance(request := _next_request(instance, experiment, pending[0]), str):
+            waiting.append(request)
         else:
-            key = round_key(experiment, latest + 1)
-            requests.append(dg.RunRequest(run_key=key, partition_key=key, tags={EXPERIMENT_TAG: experiment}))
-    return requests, waiting
+            requests.append(request)
+    return requests, waiting, cleaned
 
 
 @dg.sensor(job_name="round", minimum_interval_seconds=10, default_status=dg.DefaultSensorStatus.STOPPED,
-           description="Adds each experiment's next round partition when the previous round finished.")  # fmt: skip
+           description="Requests each experiment's next uncommitted round; reclaims dead runs first.")  # fmt: skip
 def round_sensor(context: dg.SensorEvaluationContext, lineage: LineageResource):
     window = os.environ.get(WINDOW_ENV)
     if not in_window(window, datetime.now(UTC)):
         return dg.SkipReason(f"outside the round window {window!r} (UTC)")
-    requests, waiting = next_rounds(context.instance, lineage)
+    requests, waiting, cleaned = next_rounds(context.instance, lineage)
+    for line in cleaned:
+        context.log.warning(line)
     if not requests:
-        return dg.SkipReason("; ".join(waiting) or "no experiments registered")
+        return dg.SkipReason("; ".join(cleaned + waiting) or "no experiments registered")
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[ROUNDS.build_add_request([r.partition_key for r in requests])],
+        dynamic_partitions_requests=[ROUNDS.build_add_request(sorted({r.partition_key for r in requests}))],
     )

@@ -21,10 +21,13 @@ from pathlib import Path
 import dagster as dg
 
 from creditline.config import ExperimentConfig, from_dict
+from creditline.liveness import this_process
 from creditline.store import LineageStore
 
 DATA_ROOT_ENV = "CREDITLINE_DATA_ROOT"
 CATALOG = "lineage.duckdb"
+PROCESS_TAG = "creditline/process"
+"""Run tag naming the process that executes the run (`creditline.liveness.ProcessId`)."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -41,6 +44,12 @@ def default_data_root() -> str:
 
 class LineageResource(dg.ConfigurableResource):
     data_root: str
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Name this process as the run's worker, so that a killed worker can be told from a slow one."""
+        run = context.dagster_run
+        if run is not None and context.instance is not None and PROCESS_TAG not in run.tags:
+            context.instance.add_run_tags(run.run_id, {PROCESS_TAG: str(this_process())})
 
     @property
     def root(self) -> Path:

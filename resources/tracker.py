@@ -1,20 +1,33 @@
-"""`TrackerResource`: one MLflow run per (experiment, round), found again by its tags.
+"""`TrackerResource`: MLflow as users expect it: one parent run per experiment, one child run per round.
+
+- The experiment's parent run carries the round-level metrics (held-out success, return, reward and
+  advantage statistics) with step = round, so the MLflow UI draws learning curves as lines.
+- Each round is a nested child run (`mlflow.parentRunId`), created once: its id is recorded in the
+  lineage store (`tracking_runs`) before anything is logged to it, so a re-run after a kill finds and
+  reuses it. Assets log their metrics there, the trainer's per-update metrics as series (step = update).
+- Every run is closed: the round's last stage sets the child and the parent FINISHED; a run whose
+  process died is set KILLED by whoever reclaims it (`pipelines.reaper`); an asset that fails sets FAILED.
+  Timestamps are the wall clock at logging time.
 
 The embedded default is a sqlite tracking store under the data root with artifacts beside it; any
-tracking server works through `tracking_uri`. Each asset adds its metrics to its round's run; the run
-carries tags linking it to the experiment, the round, the Dagster run ids and the data versions used.
+tracking server works through `tracking_uri`.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import dagster as dg
 
+from creditline.store import LineageStore
+from creditline.store.rounds import EXPERIMENT_RUN_ROUND, record_tracking_run, tracking_run_id
+
 ROUND_TAG = "creditline.round"
-
-
 EXPERIMENT_TAG = "creditline.experiment"
+PARENT_TAG = "mlflow.parentRunId"
+EXPERIMENT_RUN = "experiment"
+"""ROUND_TAG value of the experiment's parent run."""
 
 
 def _flatten(prefix: str, value, out: dict[str, str]) -> dict[str, str]:
@@ -24,6 +37,10 @@ def _flatten(prefix: str, value, out: dict[str, str]) -> dict[str, str]:
     else:
         out[prefix] = str(value)[:500]
     return out
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class TrackerResource(dg.ConfigurableResource):
@@ -40,50 +57,88 @@ class TrackerResource(dg.ConfigurableResource):
         # MLflow caches its tracking store per URI: after the first client, a new one costs ~3 ms.
         return mlflow.MlflowClient(tracking_uri=self.uri())
 
-    def round_run(self, experiment: str, round_: int, config: dict) -> str:
-        """The MLflow run id of this round, created (with the config as params) on first use."""
-        client = self.client()
+    def _experiment_id(self, client, experiment: str) -> str:
         found = client.get_experiment_by_name(experiment)
-        if found is None:
-            location = (Path(self.data_root) / "mlflow-artifacts" / experiment).as_uri()
-            experiment_id = client.create_experiment(experiment, artifact_location=location)
-        else:
-            experiment_id = found.experiment_id
-        runs = client.search_runs(
-            [experiment_id], filter_string=f"tags.`{ROUND_TAG}` = '{round_}'", max_results=1
-        )
-        if runs:
-            return runs[0].info.run_id
-        run = client.create_run(
-            experiment_id,
-            run_name=f"{experiment} round {round_}",
-            tags={EXPERIMENT_TAG: experiment, ROUND_TAG: str(round_)},
-        )
-        from mlflow.entities import Param
+        if found is not None:
+            return found.experiment_id
+        location = (Path(self.data_root) / "mlflow-artifacts" / experiment).as_uri()
+        return client.create_experiment(experiment, artifact_location=location)
 
-        params = [Param(k, v) for k, v in sorted(_flatten("", config, {}).items())]
-        for start in range(0, len(params), 100):
-            client.log_batch(run.info.run_id, params=params[start : start + 100])
-        return run.info.run_id
+    def _find_or_create(self, store: LineageStore, experiment: str, round_: int, tag: str, tags: dict,
+                        name: str, params: dict | None) -> str:  # fmt: skip
+        """The run recorded for (experiment, round), else one found by its tags, else a new one."""
+        recorded = tracking_run_id(store, experiment, round_)
+        if recorded is not None:
+            return recorded
+        client = self.client()
+        experiment_id = self._experiment_id(client, experiment)
+        found = client.search_runs(
+            [experiment_id], filter_string=f"tags.`{ROUND_TAG}` = '{tag}'", max_results=1
+        )  # created by a process killed before it recorded the id
+        run_id = found[0].info.run_id if found else None
+        if run_id is None:
+            run_id = client.create_run(experiment_id, run_name=name, tags={**tags, ROUND_TAG: tag}).info.run_id
+            if params:
+                from mlflow.entities import Param
 
-    def log(
-        self,
-        run_id: str,
-        metrics: dict[str, float] | None = None,
-        tags: dict[str, str] | None = None,
-        artifacts: list[str] | None = None,
-        step: int = 0,
-    ) -> None:
+                pairs = [Param(k, v) for k, v in sorted(_flatten("", params, {}).items())]
+                for start in range(0, len(pairs), 100):
+                    client.log_batch(run_id, params=pairs[start : start + 100])
+        return record_tracking_run(store, experiment, round_, run_id)
+
+    def experiment_run(self, store: LineageStore, experiment: str, config: dict) -> str:
+        """The experiment's parent run (the config as its params), created on first use."""
+        return self._find_or_create(store, experiment, EXPERIMENT_RUN_ROUND, EXPERIMENT_RUN,
+                                    {EXPERIMENT_TAG: experiment}, experiment, config)  # fmt: skip
+
+    def round_run(self, store: LineageStore, experiment: str, round_: int, config: dict) -> str:
+        """The round's child run, created once; reopened (RUNNING) while the round is being worked on."""
+        parent = self.experiment_run(store, experiment, config)
+        run_id = self._find_or_create(store, experiment, round_, str(round_),
+                                      {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
+                                      f"{experiment} round {round_}", None)  # fmt: skip
+        client = self.client()
+        for rid in (parent, run_id):
+            if client.get_run(rid).info.status != "RUNNING":
+                client.update_run(rid, status="RUNNING")
+        return run_id
+
+    def log(self, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
+            artifacts: list[str] | None = None, step: int = 0) -> None:  # fmt: skip
+        """Log metrics (at `step`, stamped now), tags and artifact files to a run."""
         from mlflow.entities import Metric, RunTag
 
         client = self.client()
+        stamp = _now_ms()
         client.log_batch(
             run_id,
-            metrics=[Metric(k, float(v), 0, step) for k, v in (metrics or {}).items()],
+            metrics=[Metric(k, float(v), stamp, step) for k, v in (metrics or {}).items()],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
         for path in artifacts or []:
             client.log_artifact(run_id, path)
 
-    def finish(self, run_id: str) -> None:
-        self.client().set_terminated(run_id, "FINISHED")
+    def log_series(self, run_id: str, rows: list[dict[str, float]], prefix: str) -> None:
+        """One metric series per column of `rows` (step = row index): e.g. per-update training curves."""
+        from mlflow.entities import Metric
+
+        stamp = _now_ms()
+        metrics = [Metric(f"{prefix}/{k}", float(v), stamp, step) for step, row in enumerate(rows)
+                   for k, v in row.items()]  # fmt: skip
+        client = self.client()
+        for start in range(0, len(metrics), 1000):
+            client.log_batch(run_id, metrics=metrics[start : start + 1000])
+
+    def logged_keys(self, run_id: str) -> set[str]:
+        """Metric keys already on a run (a re-run after a kill does not log them twice)."""
+        return set(self.client().get_run(run_id).data.metrics)
+
+    def logged_at_step(self, run_id: str, key: str, step: int) -> bool:
+        return any(m.step == step for m in self.client().get_metric_history(run_id, key))
+
+    def status(self, run_id: str) -> str:
+        return self.client().get_run(run_id).info.status
+
+    def close(self, run_id: str, status: str = "FINISHED") -> None:
+        """Set a run FINISHED, FAILED or KILLED with the current time as its end time."""
+        self.client().set_terminated(run_id, status)

@@ -14,8 +14,17 @@ Registered estimators (``available()`` lists their parameters and defaults):
 * ``hgpo`` — hierarchy of history-consistent groups (:mod:`.hgpo`, verl-agent @20bd331).
 * ``turn_group`` — per-(group, turn index) normalisation: A²TGPO or MatchTIR (:mod:`.turn_group`).
 
-Each accepts ``conventions="creditline"`` (default) or ``"verl"`` (the public reference code)
-or a :class:`Conventions`; see :mod:`.conventions` and docs/advantages.md.
+Each accepts ``conventions="creditline"`` (the project default), a :class:`Conventions`, or a
+reference preset named after the code it reproduces (``presets(name)`` lists them):
+
+* ``"verl"`` — verl ``core_algos.py`` @b178a3c (grpo, rloo, reinforce_pp_baseline): statistics
+  over one value per episode, since verl treats a multi-turn episode as one response;
+* ``"verl-agent"`` — verl-agent @20bd331 (grpo, rloo, reinforce_pp_baseline, gigpo, hgpo):
+  episode statistics over all step rows (``compute_mean_std_cross_steps=True``);
+* ``"igpo-fork"`` / ``"matchtir"`` — turn_group's A²TGPO copy in the IGPO fork @745078b / MatchTIR.
+
+A preset the estimator has no reference for raises ValueError naming the valid ones; see
+:mod:`.conventions` and docs/advantages.md.
 
 Not implemented: ProRL's "stepwise reward centering + position-specific advantage estimation".
 Its formula is not available in any public source we could find (the "ProRL" hits are NVIDIA's
@@ -24,7 +33,8 @@ description.
 
 Helpers: ``discounted_returns`` (GiGPO Eq. 5, O(S)), ``completion_advantages`` /
 ``completion_advantages_flat`` (step scalar → one value per completion token, verifiers PR #941),
-``fill_preset`` (verifiers fill-if-None), ``params_hash`` (lineage key of estimator + params).
+``fill_preset`` (verifiers fill-if-None; "preset" there means an environment-set advantage, not
+a conventions preset), ``params_hash`` (lineage key of estimator + params).
 """
 
 from . import gigpo as _gigpo  # noqa: F401  (registers estimators)
@@ -32,7 +42,7 @@ from . import hgpo as _hgpo  # noqa: F401
 from . import outcome as _outcome  # noqa: F401
 from . import turn_group as _turn_group  # noqa: F401
 from .conventions import CREDITLINE, Conventions
-from .registry import available, compute, params_hash, register
+from .registry import available, compute, params_hash, presets, register
 from .returns import discounted_returns
 from .table import REQUIRED_COLUMNS, AdvantageInputError
 from .tokens import completion_advantages, completion_advantages_flat, fill_preset
@@ -49,5 +59,6 @@ __all__ = [
     "discounted_returns",
     "fill_preset",
     "params_hash",
+    "presets",
     "register",
 ]

@@ -1,4 +1,4 @@
-"""Statistical conventions for group-relative advantages, as explicit knobs.
+"""Statistical conventions for group-relative advantages, as explicit knobs, and the presets.
 
 The public reference implementations agree on the equations but not on the statistics
 behind them (see /work/shared/reference/advantage-estimators.md §1):
@@ -7,14 +7,25 @@ behind them (see /work/shared/reference/advantage-estimators.md §1):
   A²TGPO use the population std (n).
 * singleton groups: verl GRPO and GiGPO's episode level use μ=0, σ=1 (A = raw score);
   GiGPO's step level uses μ = own value (A = 0); prime-rl gives 0.
-* episode statistics: verl-agent computes group stats over all *step rows*
-  (``compute_mean_std_cross_steps=True``), weighting each trajectory by its length; the
-  alternative is one sample per trajectory.
+* episode statistics: verl treats a multi-turn episode as one response, so its group
+  statistics take one value per episode; verl-agent's copy computes them over all *step
+  rows* (``compute_mean_std_cross_steps=True``), weighting each trajectory by its length.
 * ε: added to σ (σ+ε, ε=1e-6) in most places; ``masked_whiten`` uses rsqrt(var+1e-8);
   the A²TGPO copy does both, sqrt(var+1e-8)+1e-6.
 
-Every estimator takes ``conventions="creditline"`` (the project default) or ``"verl"``
-(the public reference, resolved per estimator), or a :class:`Conventions` instance.
+Every estimator takes ``conventions=`` a preset name or a :class:`Conventions` instance. A
+preset is named after the code it reproduces (:data:`PRESETS`); each estimator registers the
+presets it has a reference for (``register(name, references={...})``), ``"creditline"`` (the
+project default) is valid everywhere:
+
+* grpo, rloo: ``"verl"`` = :data:`VERL_OUTCOME`, ``"verl-agent"`` = :data:`VERL_AGENT_OUTCOME`
+* reinforce_pp_baseline: ``"verl"`` = :data:`VERL_WHITEN`, ``"verl-agent"`` = :data:`VERL_AGENT_WHITEN`
+* gigpo: ``"verl-agent"`` = :data:`VERL_AGENT_GIGPO` (GiGPO exists only in verl-agent)
+* hgpo: ``"verl-agent"`` = :data:`VERL_AGENT_HGPO` (HGPO exists only in verl-agent)
+* turn_group: ``"igpo-fork"`` = :data:`IGPO_FORK_A2TGPO` (with ``variant="a2tgpo"``) and
+  ``"matchtir"`` = :data:`MATCHTIR` (with ``variant="matchtir"``): both forks of verl.
+
+On one-step-per-episode tables ``"verl"`` and ``"verl-agent"`` coincide.
 """
 
 from __future__ import annotations
@@ -73,8 +84,18 @@ CREDITLINE = Conventions()
 """The project default (justified in docs/advantages.md): one sample per trajectory,
 population σ at both levels, ε=1e-6 on σ, singleton groups → 0, every HGPO level kept."""
 
-# verl @b178a3c loop estimators, as copied into verl-agent @20bd331 (cross-step stats;
-# identical to verl on one-step-per-episode tables).
+PRESETS: dict[str, str] = {
+    "creditline": "the project default (docs/advantages.md)",
+    "verl": "verl core_algos.py @b178a3c: one value per response (a multi-turn episode is one response)",
+    "verl-agent": "verl-agent @20bd331: episode statistics over all step rows (cross-step)",
+    "igpo-fork": "A²TGPO's copy in the IGPO fork @745078b (turn_group variant='a2tgpo')",
+    "matchtir": "MatchTIR Code/verl/trainer/ppo/core_algos.py (turn_group variant='matchtir')",
+}
+"""Preset name -> the code it reproduces. Estimators register the subset they have a reference for."""
+
+# verl @b178a3c compute_{grpo,rloo}_outcome_advantage (loop versions): one score per response,
+# and a multi-turn episode is one response, so the statistics take one value per episode.
+# Unbiased σ (torch.std), ε=1e-6 on σ, singleton group μ=0, σ=1 (A = raw score).
 VERL_OUTCOME = Conventions(
     ddof_episode=1,
     ddof_step=1,
@@ -82,16 +103,21 @@ VERL_OUTCOME = Conventions(
     eps_var=0.0,
     episode_singleton="raw",
     step_singleton="zero",
-    episode_stats="step_rows",
+    episode_stats="trajectory",
 )
 # verl masked_whiten: token-weighted, unbiased (Bessel on the token count), rsqrt(var + 1e-8).
 VERL_WHITEN = dataclasses.replace(VERL_OUTCOME, eps_sigma=0.0, eps_var=1e-8)
-# verl-agent gigpo/core_gigpo.py: episode singleton raw, step singleton μ=own → 0.
-VERL_GIGPO = VERL_OUTCOME
+# verl-agent @20bd331's copy: traj_index + compute_mean_std_cross_steps=True, so the group
+# statistics run over every step row (a singleton is a group with one step row).
+VERL_AGENT_OUTCOME = dataclasses.replace(VERL_OUTCOME, episode_stats="step_rows")
+VERL_AGENT_WHITEN = dataclasses.replace(VERL_WHITEN, episode_stats="step_rows")
+# verl-agent gigpo/core_gigpo.py: cross-step episode stats, episode singleton raw, step
+# (anchor-group) singleton μ = own value → 0, unbiased σ at both levels.
+VERL_AGENT_GIGPO = VERL_AGENT_OUTCOME
 # verl-agent recipe/hgpo/core_hgpo.py: clusters population σ; base group = GiGPO episode adv.
-VERL_HGPO = dataclasses.replace(VERL_OUTCOME, ddof_step=0, drop_zero_levels=True, weight_eps=1e-6)
-# A²TGPO (IGPO fork copy): population σ = sqrt(var + 1e-8), then + ε; count ≤ 1 → σ=1, μ=own.
-VERL_A2TGPO = Conventions(
+VERL_AGENT_HGPO = dataclasses.replace(VERL_AGENT_OUTCOME, ddof_step=0, drop_zero_levels=True, weight_eps=1e-6)
+# A²TGPO (IGPO fork @745078b copy): population σ = sqrt(var + 1e-8), then + ε; count ≤ 1 → σ=1, μ=own.
+IGPO_FORK_A2TGPO = Conventions(
     ddof_episode=0,
     ddof_step=0,
     eps_sigma=1e-6,
@@ -101,7 +127,7 @@ VERL_A2TGPO = Conventions(
     episode_stats="trajectory",
 )
 # MatchTIR: unbiased σ at both levels, singleton (g) and (g, j) groups μ=0, σ=1 → raw.
-VERL_MATCHTIR = Conventions(
+MATCHTIR = Conventions(
     ddof_episode=1,
     ddof_step=1,
     eps_sigma=1e-6,
@@ -110,5 +136,3 @@ VERL_MATCHTIR = Conventions(
     step_singleton="raw",
     episode_stats="trajectory",
 )
-
-PRESETS = ("creditline", "verl")

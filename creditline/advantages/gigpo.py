@@ -8,8 +8,9 @@ Reference code: verl-agent @20bd331 ``gigpo/core_gigpo.py``. Per step row i of e
     Eq. 7  A^S_i   = (R_t,i − μ_S) / (σ_S + ε)        (over the anchor group; "mean_norm": no σ)
     Eq. 8  A_i     = A^E_e + ω · A^S_i                 ω = ``step_advantage_w``
 
-``conventions="verl"`` reproduces verl-agent: episode stats over step rows, unbiased σ at both
-levels, episode singleton → raw score, anchor-group singleton → 0 (μ = own value).
+``conventions="verl-agent"`` reproduces verl-agent @20bd331 (GiGPO exists only there, so there is
+no ``"verl"`` preset): episode stats over step rows (``compute_mean_std_cross_steps=True``),
+unbiased σ at both levels, episode singleton → raw score, anchor-group singleton → 0 (μ = own value).
 
 Similarity grouping (``enable_similarity=True``, text anchors only): within each group_id, the
 distinct anchors are visited in a deterministic order, by their first (episode_id, step_idx)
@@ -28,7 +29,7 @@ from difflib import SequenceMatcher
 
 import numpy as np
 
-from .conventions import VERL_GIGPO, Conventions
+from .conventions import VERL_AGENT_GIGPO, Conventions
 from .outcome import episode_advantage
 from .registry import register
 from .segments import dense_codes, discounted_suffix_sum, group_zscore, pair_codes
@@ -93,7 +94,7 @@ def cluster_by_similarity(groups: np.ndarray, texts: np.ndarray, thresh: float) 
     return out
 
 
-@register("gigpo", verl=VERL_GIGPO)
+@register("gigpo", references={"verl-agent": VERL_AGENT_GIGPO})
 def gigpo(
     table: StepTable,
     conv: Conventions,

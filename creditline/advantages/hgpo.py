@@ -12,8 +12,9 @@ relative signal and are skipped):
     A     = Σ_{k kept} w_k · a_k                (0 if no level is kept)
 
 ``base_group=True`` adds the level (0, A^E) with weight 1^α = 1, A^E the GiGPO episode
-advantage (Eq. 3; σ iff mean_std_norm). ``conventions="verl"`` reproduces verl-agent:
-population σ in clusters, unbiased cross-step σ for the base level, ε=1e-6 on σ and in the
+advantage (Eq. 3; σ iff mean_std_norm). ``conventions="verl-agent"`` reproduces verl-agent
+@20bd331 (HGPO exists only there, so there is no ``"verl"`` preset): population σ in clusters,
+unbiased cross-step σ for the base level, ε=1e-6 on σ and in the
 weight normaliser, and levels with a_k == 0 dropped before weighting (an exactly average step
 loses that level; the creditline default keeps it).
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .conventions import VERL_HGPO, Conventions
+from .conventions import VERL_AGENT_HGPO, Conventions
 from .gigpo import check_mode, step_returns
 from .outcome import episode_advantage
 from .registry import register
@@ -42,7 +43,7 @@ def _add_level(num, den, rows, a, present, weight, conv: Conventions) -> None:
     den[rows] += np.where(keep, weight, 0.0)
 
 
-@register("hgpo", verl=VERL_HGPO)
+@register("hgpo", references={"verl-agent": VERL_AGENT_HGPO})
 def hgpo(
     table: StepTable,
     conv: Conventions,

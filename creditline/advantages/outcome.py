@@ -1,8 +1,7 @@
 """Outcome (episode-reward) estimators: GRPO / Dr.GRPO, RLOO, REINFORCE++-baseline.
 
-Reference: verl ``core_algos.py`` @b178a3c (loop versions), and verl-agent @20bd331's copy
-(``traj_index``, ``compute_mean_std_cross_steps=True``). Every step row of an episode gets the
-episode's advantage. With r_i the episode reward and g its group (group_id):
+Every step row of an episode gets the episode's advantage. With r_i the episode reward and g
+its group (group_id):
 
 * GRPO (Shao et al. 2024, arXiv 2402.03300, §4.1.2):  A_i = (r_i − μ_g) / (σ_g + ε)
 * Dr.GRPO (Liu et al. 2025, arXiv 2503.20783):        A_i = r_i − μ_g       (``norm_by_std=False``)
@@ -12,14 +11,30 @@ episode's advantage. With r_i the episode reward and g its group (group_id):
   Each row counts ``completion_length`` tokens; without that column, one token per row.
 
 μ_g, σ_g are taken over one sample per trajectory (``episode_stats="trajectory"``) or over all
-step rows of the group (``"step_rows"``, verl-agent; on one-step episodes both are verl).
+step rows of the group (``"step_rows"``). The reference presets:
+
+* ``"verl"``: verl ``core_algos.py`` @b178a3c, the loop versions ``compute_grpo_outcome_advantage``,
+  ``compute_rloo_outcome_advantage``, ``compute_reinforce_plus_plus_baseline_outcome_advantage``.
+  In verl a multi-turn episode is one response, so the statistics take one value per episode;
+  unbiased σ, ε = 1e-6 on σ; a group with one episode keeps the raw score (GRPO: μ=0, σ=1;
+  RLOO: A = r, the *loop* version; verl's ``rloo_vectorized`` gives 0 there, and
+  ``grpo_vectorized`` clamps the variance at ε: neither is reproduced). For
+  REINFORCE++-baseline, verl whitens over the response tokens of the batch; an episode's
+  response tokens are the completion tokens of its steps (observation tokens are masked), so
+  weighting each step row by its ``completion_length`` is the same whitening.
+* ``"verl-agent"``: verl-agent @20bd331's copy of the same three functions (``traj_index``,
+  ``compute_mean_std_cross_steps=True``): every step row is a response, so μ_g, σ_g and the
+  group size n run over step rows (an episode of k steps counts k times, and a singleton is a
+  group with a single step row).
+
+On one-step-per-episode tables the two presets give the same numbers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .conventions import VERL_OUTCOME, VERL_WHITEN, Conventions
+from .conventions import VERL_AGENT_OUTCOME, VERL_AGENT_WHITEN, VERL_OUTCOME, VERL_WHITEN, Conventions
 from .registry import register
 from .segments import group_zscore, leave_one_out, safe_divide
 from .table import StepTable
@@ -57,21 +72,23 @@ def episode_advantage(table: StepTable, conv: Conventions, *, scale: bool) -> np
     return to_rows(table, a, per_episode)
 
 
-@register("grpo", verl=VERL_OUTCOME)
+@register("grpo", references={"verl": VERL_OUTCOME, "verl-agent": VERL_AGENT_OUTCOME})
 def grpo(table: StepTable, conv: Conventions, *, norm_by_std: bool = True) -> np.ndarray:
     """GRPO: A = (r − μ_g)/(σ_g + ε); Dr.GRPO with ``norm_by_std=False``: A = r − μ_g. (S,)"""
     return episode_advantage(table, conv, scale=bool(norm_by_std))
 
 
-@register("rloo", verl=VERL_OUTCOME)
+@register("rloo", references={"verl": VERL_OUTCOME, "verl-agent": VERL_AGENT_OUTCOME})
 def rloo(table: StepTable, conv: Conventions) -> np.ndarray:
-    """RLOO: A = n/(n−1)·(r − μ_g); singleton group → r ("raw", verl loop) or 0. (S,)"""
+    """RLOO: A = n/(n−1)·(r − μ_g); singleton group → r ("raw", verl's loop) or 0. (S,)"""
     x, codes, per_episode = episode_values(table, conv)
     a = leave_one_out(x, codes, table.n_groups, singleton=conv.episode_singleton)
     return to_rows(table, a, per_episode)
 
 
-@register("reinforce_pp_baseline", verl=VERL_WHITEN)
+@register(
+    "reinforce_pp_baseline", references={"verl": VERL_WHITEN, "verl-agent": VERL_AGENT_WHITEN}
+)
 def reinforce_pp_baseline(table: StepTable, conv: Conventions) -> np.ndarray:
     """REINFORCE++-baseline: a = r − μ_g, then token-weighted batch whitening. (S,)
 

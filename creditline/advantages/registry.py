@@ -1,9 +1,15 @@
-"""Estimator registry: ``@register(name)`` on pure functions, ``compute`` dispatches by name.
+"""Estimator registry: ``@register(name, references=...)`` on pure functions, ``compute`` dispatches.
 
 An estimator is ``fn(table: StepTable, conv: Conventions, *, <params with defaults>) -> (S,)``
 over the sorted :class:`~.table.StepTable`; ``compute`` validates the input, resolves the
 parameters and the conventions, calls it and scatters the result back to the input row order.
-Every estimator also accepts ``conventions`` ("creditline" | "verl" | a Conventions instance).
+
+Every estimator also accepts ``conventions``: ``"creditline"`` (the project default), the name
+of one of *its* reference presets, or a :class:`Conventions` instance. A preset is named after
+the code it reproduces (``conventions.PRESETS``: ``"verl"``, ``"verl-agent"``, ``"igpo-fork"``,
+``"matchtir"``) and each estimator registers only those it has a reference for, so
+``conventions="verl"`` for GiGPO (which exists only in verl-agent) fails instead of silently
+meaning something else. ``presets(name)`` and ``available()`` list them.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -22,6 +29,8 @@ from .table import REQUIRED_COLUMNS, StepTable, build_step_table
 
 EstimatorFn = Callable[..., np.ndarray]
 ReferenceConventions = Conventions | Callable[[Mapping[str, Any]], Conventions]
+"""A preset's conventions, or a function of the resolved params returning them (it may raise
+ValueError when the preset does not reproduce those params, e.g. turn_group's variant)."""
 
 
 @dataclass(frozen=True)
@@ -29,15 +38,28 @@ class Estimator:
     name: str
     fn: EstimatorFn
     defaults: Mapping[str, Any]  # keyword-only parameters of fn and their defaults
-    verl: ReferenceConventions  # the conventions of the public reference code
+    references: Mapping[str, ReferenceConventions]  # preset name -> the reference code's conventions
 
 
 _REGISTRY: dict[str, Estimator] = {}
 
 
-def register(name: str, *, verl: ReferenceConventions) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register ``fn(table, conv, *, **params)``; ``verl`` = its reference conventions (or a
-    function of the resolved params returning them)."""
+def register(
+    name: str, *, references: Mapping[str, ReferenceConventions] | None = None
+) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Register ``fn(table, conv, *, **params)``. ``references``: preset name (a key of
+    ``conventions.PRESETS`` other than "creditline") -> the conventions of the code it
+    reproduces, or a function of the resolved params returning them. None: creditline only."""
+    refs = dict(references or {})
+    bad = sorted(set(refs) - (set(PRESETS) - {"creditline"}))
+    if bad:
+        raise ValueError(
+            f"{name!r}: unknown reference preset(s) {bad}; presets are named after the code they "
+            f"reproduce: {[p for p in PRESETS if p != 'creditline']} (add new ones to conventions.PRESETS)"
+        )
+    for preset, conv in refs.items():
+        if not (isinstance(conv, Conventions) or callable(conv)):
+            raise TypeError(f"{name!r}: references[{preset!r}] must be Conventions or a callable, got {conv!r}")
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
         if name in _REGISTRY:
@@ -47,15 +69,23 @@ def register(name: str, *, verl: ReferenceConventions) -> Callable[[EstimatorFn]
             if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
                 raise TypeError(f"{fn.__name__}: parameter {p.name!r} must be keyword-only with a default")
             defaults[p.name] = p.default
-        _REGISTRY[name] = Estimator(name, fn, defaults, verl)
+        _REGISTRY[name] = Estimator(name, fn, defaults, MappingProxyType(refs))
         return fn
 
     return decorate
 
 
+def presets(estimator: str) -> tuple[str, ...]:
+    """The preset names ``conventions=`` accepts for this estimator: "creditline" first."""
+    return ("creditline", *_lookup(estimator).references)
+
+
 def available() -> dict[str, dict[str, Any]]:
-    """{estimator name: {parameter: default}} for every registered estimator (incl. conventions)."""
-    return {name: {**est.defaults, "conventions": "creditline"} for name, est in sorted(_REGISTRY.items())}
+    """{estimator: {"params": {parameter: default, incl. "conventions"}, "presets": [names]}}."""
+    return {
+        name: {"params": {**est.defaults, "conventions": "creditline"}, "presets": list(presets(name))}
+        for name, est in sorted(_REGISTRY.items())
+    }
 
 
 def _lookup(estimator: str) -> Estimator:
@@ -77,11 +107,21 @@ def resolve(estimator: str, params: Mapping[str, Any]) -> tuple[Estimator, dict[
     conv = params.get("conventions", "creditline")
     if isinstance(conv, Conventions):
         return est, full, conv
-    if conv == "creditline":
-        return est, full, CREDITLINE
-    if conv == "verl":
-        return est, full, est.verl(full) if callable(est.verl) else est.verl
-    raise ValueError(f"unknown conventions {conv!r}; valid: {list(PRESETS)} or a Conventions instance")
+    return est, full, _preset(est, conv, full)
+
+
+def _preset(est: Estimator, preset: Any, full: Mapping[str, Any]) -> Conventions:
+    """The Conventions of a preset name for this estimator; ValueError names the valid ones."""
+    valid = ", ".join(presets(est.name)) + " (or a Conventions instance)"
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise ValueError(f"unknown conventions {preset!r} for estimator {est.name!r}; valid: {valid}")
+    if preset == "creditline":
+        return CREDITLINE
+    if preset not in est.references:
+        only = f" (it exists only in {next(iter(est.references))})" if len(est.references) == 1 else ""
+        raise ValueError(f"estimator {est.name!r} has no {preset!r} reference{only}; valid: {valid}")
+    ref = est.references[preset]
+    return ref if isinstance(ref, Conventions) else ref(full)
 
 
 def compute(estimator: str, steps: Any, **params: Any) -> np.ndarray:

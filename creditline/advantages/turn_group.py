@@ -22,9 +22,16 @@ quantity and is not produced.
     A^traj_i  = (R_i − μ_g) / (σ_g + ε)
     A_{i,j}   = (A^traj_i + A^turn_{i,j}) / 2
 
-``conventions="verl"`` gives the reference statistics of the chosen variant: A²TGPO population
-σ = sqrt(var + 1e-8) + 1e-6 with singletons → 0; MatchTIR unbiased σ + 1e-6 with singletons →
-raw (μ=0, σ=1); both take outcome stats over trajectories.
+Presets: both references are forks of verl, not verl itself, so turn_group has no ``"verl"`` /
+``"verl-agent"`` preset; each reference preset is named after its code and reproduces one variant:
+
+* ``conventions="igpo-fork"`` (with ``variant="a2tgpo"``): A²TGPO's copy in the IGPO fork
+  @745078b: population σ = sqrt(var + 1e-8) + 1e-6, count ≤ 1 → n̂ = 0, outcome likewise.
+* ``conventions="matchtir"`` (with ``variant="matchtir"``): MatchTIR's code: unbiased σ + 1e-6,
+  singleton (g) and (g, j) groups μ=0, σ=1 (raw value).
+
+Both take outcome stats over trajectories. A preset paired with the other variant raises
+ValueError (it would reproduce neither code); pass a :class:`Conventions` to mix them.
 
 Caveat (verl-project/verl issue #7244): when the policy controls how many turns it takes,
 normalising per turn index makes the baseline depend on the trajectory's own stopping turn
@@ -34,22 +41,42 @@ estimate is then biased; prefer anchor-state groups (GiGPO/HGPO) when episode le
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from .conventions import VERL_A2TGPO, VERL_MATCHTIR, Conventions
+from .conventions import IGPO_FORK_A2TGPO, MATCHTIR, Conventions
 from .outcome import episode_advantage
 from .registry import register
 from .segments import discounted_suffix_sum, group_zscore, pair_codes
 from .table import StepTable
 
 VARIANTS = {"a2tgpo": 1.0, "matchtir": 0.9}  # variant -> reference γ
+REFERENCES = {"a2tgpo": ("igpo-fork", IGPO_FORK_A2TGPO), "matchtir": ("matchtir", MATCHTIR)}
+"""variant -> (the preset that reproduces its code, its conventions)."""
 
 
-def _reference_conventions(params: Mapping[str, Any]) -> Conventions:
-    return VERL_MATCHTIR if params.get("variant") == "matchtir" else VERL_A2TGPO
+def check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; valid: {sorted(VARIANTS)}")
+
+
+def _reference(own_variant: str) -> Callable[[Mapping[str, Any]], Conventions]:
+    """The conventions of the preset reproducing ``own_variant``'s code; another variant raises."""
+    preset, conv = REFERENCES[own_variant]
+
+    def conventions(params: Mapping[str, Any]) -> Conventions:
+        variant = params["variant"]
+        check_variant(variant)
+        if variant != own_variant:
+            raise ValueError(
+                f"conventions {preset!r} reproduce turn_group variant={own_variant!r}; with "
+                f"variant={variant!r} use conventions={REFERENCES[variant][0]!r} (or a Conventions instance)"
+            )
+        return conv
+
+    return conventions
 
 
 def _turn_zscore(table: StepTable, x: np.ndarray, conv: Conventions) -> np.ndarray:
@@ -67,7 +94,7 @@ def _turn_zscore(table: StepTable, x: np.ndarray, conv: Conventions) -> np.ndarr
     )
 
 
-@register("turn_group", verl=_reference_conventions)
+@register("turn_group", references={preset: _reference(v) for v, (preset, _) in REFERENCES.items()})
 def turn_group(
     table: StepTable,
     conv: Conventions,
@@ -77,8 +104,7 @@ def turn_group(
     alpha: float = 1.0,
 ) -> np.ndarray:
     """A²TGPO or MatchTIR advantage per step row (S,); gamma=None → the variant's reference γ."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; valid: {sorted(VARIANTS)}")
+    check_variant(variant)
     g = VARIANTS[variant] if gamma is None else float(gamma)
     outcome = episode_advantage(table, conv, scale=True)  # (S,) Â^O / A^traj
     if variant == "matchtir":

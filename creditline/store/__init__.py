@@ -19,13 +19,22 @@ from creditline.store.files import (
     write_parquet_atomic,
 )
 from creditline.store.lineage import INITIAL_POLICY_KIND, INITIAL_POLICY_VARIANT, LineageStore, check_on_disk
+from creditline.store.orphans import Orphan, find_orphans, orphan_problems, remove_orphans
 from creditline.store.records import (
     ArtifactRecord,
     EvaluationRecord,
     FileRecord,
     LineageNode,
     Problem,
+    ProblemKind,
     RunRecord,
+)
+from creditline.store.rubric_versions import (
+    RubricVersionRecord,
+    record_rubric_version,
+    record_rubrics,
+    rubric_definition,
+    rubric_versions,
 )
 
 __all__ = [
@@ -39,18 +48,28 @@ __all__ = [
     "FileRecord",
     "LineageNode",
     "LineageStore",
+    "Orphan",
     "Problem",
+    "ProblemKind",
     "RetryPolicy",
+    "RubricVersionRecord",
     "RunRecord",
     "StoreLockedError",
     "atomic_directory",
     "canonical_json",
     "config_hash",
+    "find_orphans",
     "hash_directory",
     "hash_file",
     "hash_path",
     "is_lock_error",
+    "orphan_problems",
     "read_parquet",
+    "record_rubric_version",
+    "record_rubrics",
+    "remove_orphans",
+    "rubric_definition",
+    "rubric_versions",
     "write_json_atomic",
     "write_parquet_atomic",
 ]

@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from creditline.faults import failpoint
 from creditline.store.records import FileRecord
 
 _CHUNK = 1 << 20
@@ -126,6 +127,7 @@ def _atomic_file(path: PathLike) -> Iterator[tuple[Path, Any]]:
             yield tmp, fh
             fh.flush()
             os.fsync(fh.fileno())
+        failpoint(f"write:{final.name}")
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -189,6 +191,7 @@ def atomic_directory(final_path: PathLike) -> Iterator[Path]:
     try:
         yield tmp
         _fsync_tree(tmp)
+        failpoint(f"write:{final.name}")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

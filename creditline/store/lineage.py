@@ -8,6 +8,11 @@ N-1's checkpoint (``artifact``), and lets an asset check confirm that nothing on
 Each public method is one transaction on a fresh, short connection (see ``connection``), so several
 Dagster step processes can share the file; keys are upserted, so re-running a step replaces its rows and
 its lineage edges instead of duplicating them.
+
+An artifact's parents are kept twice, on purpose: as declared on its row (``parents_json``) and as
+``lineage`` edges keyed by hash, which the recursive walks need. The edges of a hash are the union of the
+parents declared by the rows that carry it, so ``verify`` can compare the two both ways and notice an edge
+deleted or added behind the store's back.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import duckdb
 from creditline.store.connection import RetryPolicy, run_transaction
 from creditline.store.errors import ExperimentConfigMismatch
 from creditline.store.files import canonical_json, config_hash, hash_path
+from creditline.store.orphans import orphan_problems
 from creditline.store.records import ArtifactRecord, EvaluationRecord, LineageNode, Problem, RunRecord
 from creditline.store.schema import create_schema
 
@@ -37,7 +43,8 @@ checkpoint that round 0 trains (variant "")."""
 
 _KEY_MATCH = "experiment = ? AND round = ? AND kind = ? AND variant = ?"
 _ARTIFACT_COLUMNS = (
-    "experiment, round, kind, variant, path, content_hash, rows, meta_json, created_at, dagster_run_id"
+    "experiment, round, kind, variant, path, content_hash, rows, meta_json, created_at, dagster_run_id, "
+    "parents_json"
 )
 _RUN_COLUMNS = (
     "dagster_run_id, experiment, round, asset, mlflow_run_id, code_version, config_json, created_at"
@@ -53,7 +60,7 @@ def _now() -> datetime:
 
 
 def _artifact_from_row(row: Sequence[Any]) -> ArtifactRecord:
-    experiment, round_, kind, variant, path, content_hash, rows, meta_json, created_at, run_id = row
+    experiment, round_, kind, variant, path, content_hash, rows, meta_json, created_at, run_id, parents = row
     return ArtifactRecord(
         experiment=experiment,
         round=round_,
@@ -65,6 +72,7 @@ def _artifact_from_row(row: Sequence[Any]) -> ArtifactRecord:
         meta=json.loads(meta_json),
         dagster_run_id=run_id,
         created_at=created_at,
+        parents=tuple((parent, relation) for parent, relation in json.loads(parents)),
     )
 
 
@@ -86,6 +94,26 @@ def _checked_parents(child_hash: str, parents: Sequence[tuple[str, str]]) -> lis
                 f"parent {parent_hash} given with two relations: {relations[parent_hash]!r}, {relation!r}"
             )
     return sorted(relations.items())
+
+
+def _rebuild_edges(con: duckdb.DuckDBPyConnection, hashes: list[str]) -> None:
+    """Make the edges of each of ``hashes`` the union of the parents declared by the rows carrying it."""
+    rows = con.execute(
+        "SELECT content_hash, parents_json FROM artifacts WHERE list_contains(?, content_hash)", [hashes]
+    ).fetchall()
+    relations: dict[tuple[str, str], str] = {}
+    for child, parents_json in rows:
+        for parent, relation in json.loads(parents_json):
+            if relations.setdefault((child, parent), relation) != relation:
+                raise ValueError(
+                    f"artifacts sharing hash {child[:12]} declare parent {parent[:12]} with two relations: "
+                    f"{relations[child, parent]!r}, {relation!r}"
+                )
+    con.execute("DELETE FROM lineage WHERE list_contains(?, child_hash)", [hashes])
+    if relations:
+        con.executemany(
+            "INSERT INTO lineage VALUES (?, ?, ?)", [[c, p, rel] for (c, p), rel in sorted(relations.items())]
+        )
 
 
 class LineageStore:
@@ -159,38 +187,31 @@ class LineageStore:
     # --- artifacts and their edges -------------------------------------------------------------------
 
     def record_artifact(
-        self, artifact: ArtifactRecord, parents: Sequence[tuple[str, str]] = ()
+        self, artifact: ArtifactRecord, parents: Sequence[tuple[str, str]] | None = None
     ) -> ArtifactRecord:
-        """Upsert ``artifact`` and replace its lineage edges with ``parents`` ((parent_hash, relation)).
+        """Upsert ``artifact`` with its declared ``parents`` ((parent_hash, relation); default
+        ``artifact.parents``) and bring the lineage edges in line with them.
 
         In one transaction: the row for (experiment, round, kind, variant) is replaced; the edges of its
-        new hash are replaced by ``parents``; the edges of the hash it replaced are dropped unless another
-        artifact still carries that hash. Returns the stored record (with ``created_at``).
+        new hash, and of the hash it replaced, are rebuilt as the union of the parents declared by the rows
+        that carry that hash (none: the replaced hash's edges go). Raises ``ValueError`` if two rows of one
+        hash declare one parent with different relations. Returns the stored record (with ``created_at``
+        and sorted ``parents``).
         """
-        edges = _checked_parents(artifact.content_hash, parents)
-        stored = dataclasses.replace(artifact, meta=dict(artifact.meta), created_at=_now())
+        edges = _checked_parents(artifact.content_hash, artifact.parents if parents is None else parents)
+        stored = dataclasses.replace(
+            artifact, meta=dict(artifact.meta), created_at=_now(), parents=tuple(edges)
+        )
         key = [stored.experiment, stored.round, stored.kind, stored.variant]
 
         def work(con: duckdb.DuckDBPyConnection) -> None:
             old = con.execute(f"SELECT content_hash FROM artifacts WHERE {_KEY_MATCH}", key).fetchone()
             con.execute(
-                f"INSERT OR REPLACE INTO artifacts ({_ARTIFACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO artifacts ({_ARTIFACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [*key, stored.path, stored.content_hash, stored.rows, canonical_json(stored.meta),
-                 stored.created_at, stored.dagster_run_id],
+                 stored.created_at, stored.dagster_run_id, canonical_json(edges)],
             )  # fmt: skip
-            stale = [stored.content_hash]
-            if old is not None and old[0] != stored.content_hash:
-                still_used = con.execute(
-                    "SELECT count(*) FROM artifacts WHERE content_hash = ?", [old[0]]
-                ).fetchone()
-                if still_used is not None and still_used[0] == 0:
-                    stale.append(old[0])
-            con.execute("DELETE FROM lineage WHERE list_contains(?, child_hash)", [stale])
-            if edges:
-                con.executemany(
-                    "INSERT INTO lineage VALUES (?, ?, ?)",
-                    [[stored.content_hash, p, rel] for p, rel in edges],
-                )
+            _rebuild_edges(con, sorted({stored.content_hash} | ({old[0]} if old else set())))
 
         self._run(work)
         return stored
@@ -363,28 +384,81 @@ class LineageStore:
             frontier = sorted(next_frontier)
         return nodes
 
-    def verify(self, experiment: str) -> list[Problem]:
-        """Re-hash every artifact of ``experiment`` and check its edges; return what disagrees.
+    def verify(self, experiment: str, data_root: str | os.PathLike[str] | None = None) -> list[Problem]:
+        """Re-hash every artifact of ``experiment``, check its edges both ways; return what disagrees.
 
-        "missing": the recorded path no longer exists (only local paths can be checked); "changed": it
-        hashes differently than recorded; "dangling": an edge of one of the experiment's artifacts points
-        at a parent hash that no artifact row carries (register roots such as the initial policy).
+        Files: "missing" (the recorded path is gone; only local paths can be checked) and "changed" (it
+        hashes differently than recorded). Edges, for the hashes of the experiment's artifacts:
+        "edge_missing" (a declared parent has no edge: a deleted edge), "edge_extra" (an edge that no row
+        of that hash declares), "dangling" (an edge's parent hash is carried by no artifact: register roots
+        such as the initial policy). "orphan_edge": an edge whose child hash no artifact carries, whose
+        parent is one of the experiment's artifacts or is unrecorded too (a deleted row, an edited hash).
+        With ``data_root``, also "orphan": temp files of dead writers anywhere under it (they belong to the
+        data root, not to one experiment; see ``orphans``).
         """
         problems = [p for record in self.artifacts(experiment) if (p := check_on_disk(record))]
-        dangling = self._fetchall(
-            """
-            SELECT DISTINCT a.path, a.experiment, a.round, a.kind, a.variant, l.parent_hash, l.relation
-            FROM lineage l JOIN artifacts a ON a.content_hash = l.child_hash
-            WHERE a.experiment = ? AND l.parent_hash NOT IN (SELECT content_hash FROM artifacts)
-            ORDER BY a.round, a.kind, a.variant, l.parent_hash
-            """,
-            [experiment],
-        )
-        for path, exp, round_, kind, variant, parent_hash, relation in dangling:
-            where = _describe(exp, round_, kind, variant)
-            detail = f"{where} is {relation} {parent_hash}, which no artifact carries"
-            problems.append(Problem("dangling", path, parent_hash, None, detail))
+        found = self._run(lambda con: {kind: con.execute(sql, [experiment]).fetchall()
+                                       for kind, sql in _EDGE_CHECKS.items()})  # fmt: skip
+        for kind, rows in found.items():
+            for path, exp, round_, art_kind, variant, child, parent, relation in rows:
+                where = _describe(exp, round_, art_kind, variant) if exp is not None else None
+                detail = _EDGE_DETAILS[kind].format(
+                    where=where, child=child[:12], parent=parent[:12], relation=relation
+                )
+                if kind == "orphan_edge":
+                    detail += f"; its parent is {where}" if where else "; its parent is unrecorded too"
+                    problems.append(Problem("orphan_edge", path or "", child, None, detail))
+                else:
+                    problems.append(Problem(kind, path, parent, None, detail))
+        if data_root is not None:
+            problems += orphan_problems(data_root)
         return problems
+
+
+# The experiment's artifacts with their declared parents, one row per (artifact, parent).
+_DECLARED = """
+    SELECT path, experiment, round, kind, variant, content_hash AS child_hash,
+           unnest(from_json(parents_json, '[["VARCHAR"]]')) AS pair
+    FROM artifacts
+"""
+# For each edge check: rows of (path, experiment, round, kind, variant, child_hash, parent_hash, relation)
+# naming the artifact the problem is about (for "orphan_edge", the parent; NULLs if it is unrecorded).
+_EDGE_CHECKS = {
+    "edge_missing": f"""
+        SELECT d.path, d.experiment, d.round, d.kind, d.variant, d.child_hash, d.pair[1], d.pair[2]
+        FROM ({_DECLARED} WHERE experiment = ?) d
+        WHERE NOT EXISTS (SELECT 1 FROM lineage l WHERE l.child_hash = d.child_hash
+                          AND l.parent_hash = d.pair[1] AND l.relation = d.pair[2])
+        ORDER BY d.round, d.kind, d.variant, d.pair[1]
+    """,
+    "edge_extra": f"""
+        SELECT a.path, a.experiment, a.round, a.kind, a.variant, l.child_hash, l.parent_hash, l.relation
+        FROM lineage l JOIN artifacts a ON a.content_hash = l.child_hash
+        WHERE a.experiment = ? AND NOT EXISTS (SELECT 1 FROM ({_DECLARED}) d WHERE d.child_hash = l.child_hash
+                                               AND d.pair[1] = l.parent_hash AND d.pair[2] = l.relation)
+        ORDER BY a.round, a.kind, a.variant, l.parent_hash
+    """,
+    "dangling": """
+        SELECT a.path, a.experiment, a.round, a.kind, a.variant, l.child_hash, l.parent_hash, l.relation
+        FROM lineage l JOIN artifacts a ON a.content_hash = l.child_hash
+        WHERE a.experiment = ? AND l.parent_hash NOT IN (SELECT content_hash FROM artifacts)
+        ORDER BY a.round, a.kind, a.variant, l.parent_hash
+    """,
+    "orphan_edge": """
+        SELECT a.path, a.experiment, a.round, a.kind, a.variant, l.child_hash, l.parent_hash, l.relation
+        FROM lineage l LEFT JOIN artifacts a ON a.content_hash = l.parent_hash AND a.experiment = ?
+        WHERE l.child_hash NOT IN (SELECT content_hash FROM artifacts)
+          AND (a.path IS NOT NULL OR l.parent_hash NOT IN (SELECT content_hash FROM artifacts))
+        QUALIFY row_number() OVER (PARTITION BY l.child_hash, l.parent_hash ORDER BY a.round, a.kind, a.variant) = 1
+        ORDER BY l.child_hash, l.parent_hash
+    """,
+}
+_EDGE_DETAILS = {
+    "edge_missing": "{where} ({child}) declares parent {parent} ({relation}), but that lineage edge is missing",
+    "edge_extra": "{where} ({child}) has a lineage edge to {parent} ({relation}) that no artifact of its hash declares",
+    "dangling": "{where} ({child}) is {relation} {parent}, which no artifact carries",
+    "orphan_edge": "lineage edge {child} {relation} {parent}: no artifact carries the child {child}",
+}
 
 
 def check_on_disk(record: ArtifactRecord) -> Problem | None:
@@ -394,9 +468,8 @@ def check_on_disk(record: ArtifactRecord) -> Problem | None:
     """
     where = _describe(record.experiment, record.round, record.kind, record.variant)
     if not os.path.exists(record.path):
-        return Problem(
-            "missing", record.path, record.content_hash, None, f"{where}: {record.path} does not exist"
-        )
+        detail = f"{where} ({record.content_hash[:12]}): {record.path} does not exist"
+        return Problem("missing", record.path, record.content_hash, None, detail)
     actual = hash_path(record.path)
     if actual != record.content_hash:
         detail = f"{where}: {record.path} changed (recorded {record.content_hash[:12]}, now {actual[:12]})"

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-ProblemKind = Literal["missing", "changed", "dangling"]
+ProblemKind = Literal["missing", "changed", "dangling", "edge_missing", "edge_extra", "orphan_edge", "orphan"]
+"""What ``LineageStore.verify`` found (see ``Problem.kind``)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class ArtifactRecord:
     """Small JSON-serialisable facts worth querying later (reward mean, rubric version, ...)."""
     dagster_run_id: str | None = None
     created_at: datetime | None = None
+    parents: tuple[tuple[str, str], ...] = ()
+    """The (parent_hash, relation) pairs it was recorded with, sorted; filled in by the store, which keeps
+    them beside the ``lineage`` edges so that ``verify`` can tell a deleted or added edge."""
 
 
 @dataclass(frozen=True)
@@ -108,11 +112,18 @@ class Problem:
     """One finding of ``LineageStore.verify``: the catalog and the disk (or the edges) disagree."""
 
     kind: ProblemKind
-    """"missing": the path is gone; "changed": it hashes differently; "dangling": a parent hash is unknown."""
+    """"missing": the path is gone; "changed": it hashes differently than recorded;
+    "dangling": an edge's parent hash is carried by no artifact; "edge_missing": an artifact's declared
+    parent has no edge (a deleted edge); "edge_extra": an edge that no artifact with the child's hash
+    declares (an added edge); "orphan_edge": an edge whose child hash no artifact carries (its row was
+    deleted or its hash edited); "orphan": a temp file or folder left by a writer that died."""
     path: str
-    """The artifact's path (for "dangling", the child's path)."""
+    """The artifact's path; for the edge kinds the child's path ("orphan_edge": the parent's, or "" if
+    unknown); for "orphan", the temp file or folder."""
     expected_hash: str
-    """The recorded hash (for "dangling", the unknown parent hash)."""
+    """The recorded hash; for the edge kinds the parent hash ("orphan_edge": the unknown child hash);
+    "" for "orphan"."""
     actual_hash: str | None
     """What the path hashes to now; ``None`` when missing or not applicable."""
     detail: str
+    """One line naming experiment/round/kind[variant] (or the temp path) and the hash prefixes involved."""

@@ -32,6 +32,7 @@ SCHEMA_SQL = (
         meta_json      VARCHAR NOT NULL DEFAULT '{}',
         created_at     TIMESTAMP NOT NULL,
         dagster_run_id VARCHAR,
+        parents_json   VARCHAR NOT NULL DEFAULT '[]',
         PRIMARY KEY (experiment, round, kind, variant)
     )
     """,
@@ -70,10 +71,79 @@ SCHEMA_SQL = (
         PRIMARY KEY (experiment, round)
     )
     """,
+    """
+    CREATE TABLE IF NOT EXISTS leases (
+        experiment   VARCHAR PRIMARY KEY,
+        holder       VARCHAR NOT NULL,
+        acquired_at  TIMESTAMP NOT NULL,
+        heartbeat_at TIMESTAMP NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS round_commits (
+        experiment     VARCHAR NOT NULL,
+        round          INTEGER NOT NULL,
+        dagster_run_id VARCHAR NOT NULL,
+        mlflow_run_id  VARCHAR NOT NULL,
+        artifacts_json VARCHAR NOT NULL,
+        committed_at   TIMESTAMP NOT NULL,
+        PRIMARY KEY (experiment, round)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS tracking_runs (
+        experiment    VARCHAR NOT NULL,
+        round         INTEGER NOT NULL,
+        mlflow_run_id VARCHAR NOT NULL,
+        created_at    TIMESTAMP NOT NULL,
+        PRIMARY KEY (experiment, round)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS rubric_versions (
+        version         VARCHAR PRIMARY KEY,
+        rubric          VARCHAR NOT NULL,
+        definition_json VARCHAR NOT NULL,
+        first_seen_at   TIMESTAMP NOT NULL
+    )
+    """,
 )
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create any missing table; safe to call on every start and from several processes."""
+    """Create any missing table and migrate older catalogs; safe on every start and from several processes."""
     for statement in SCHEMA_SQL:
         con.execute(statement)
+    _add_declared_parents(con)
+
+
+def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_catalog = current_database() "
+        "AND table_schema = current_schema() AND table_name = ? AND column_name = ?",
+        [table, column],
+    ).fetchone()
+    return row is not None and row[0] > 0
+
+
+def _add_declared_parents(con: duckdb.DuckDBPyConnection) -> None:
+    """Migration: ``artifacts.parents_json``, the sorted [[parent_hash, relation], ...] a row was recorded with.
+
+    ``verify`` compares it with the ``lineage`` edges to notice a deleted or added edge. A catalog made
+    before the column existed gets it once, backfilled from its edges (then the only record of the
+    parents); the presence check keeps the backfill from ever running again, and stands in for
+    ``ADD COLUMN IF NOT EXISTS``, which DuckDB refuses for a NOT NULL column.
+    """
+    if _has_column(con, "artifacts", "parents_json"):
+        return
+    con.execute("ALTER TABLE artifacts ADD COLUMN parents_json VARCHAR NOT NULL DEFAULT '[]'")
+    con.execute(
+        """
+        UPDATE artifacts SET parents_json = declared.parents_json
+        FROM (
+            SELECT child_hash, to_json(list([parent_hash, relation] ORDER BY parent_hash))::VARCHAR AS parents_json
+            FROM lineage GROUP BY child_hash
+        ) AS declared
+        WHERE artifacts.content_hash = declared.child_hash
+        """
+    )

@@ -1,11 +1,13 @@
 """Plain-loop reference implementations of the advantage estimators (tests and bench only).
 
 Transcribed from the structure of the public reference code — dicts and Python loops over
-rows in *batch order* — verl ``core_algos.py`` @b178a3c (as copied into verl-agent @20bd331),
-verl-agent ``gigpo/core_gigpo.py`` and ``recipe/hgpo/core_hgpo.py`` @20bd331, and the
-A²TGPO / MatchTIR formulas, parameterised by the same :class:`Conventions` knobs as the
-vectorised library. With the ``"verl"`` conventions they compute what the reference computes
-(in float64 instead of float32; sums are sequential in batch order).
+rows in *batch order* — verl ``core_algos.py`` @b178a3c and verl-agent @20bd331's copy of it
+(``traj_index``, ``compute_mean_std_cross_steps``), verl-agent ``gigpo/core_gigpo.py`` and
+``recipe/hgpo/core_hgpo.py`` @20bd331, and the A²TGPO / MatchTIR formulas, parameterised by the
+same :class:`Conventions` knobs as the vectorised library. With a reference preset's
+conventions (``REFERENCE_PRESETS``) they compute what that code computes (in float64 instead of
+float32; sums are sequential in batch order): ``"verl"`` = one sample per episode,
+``"verl-agent"`` = every step row (cross-steps), ``"igpo-fork"`` / ``"matchtir"`` = turn_group's.
 
 Every function takes a DataFrame whose rows are in batch order and returns a float64 array
 aligned with those rows. HGPO (like upstream) assumes each episode's rows appear in time
@@ -267,3 +269,21 @@ LOOPS = {
     "hgpo": hgpo_loop,
     "turn_group": turn_group_loop,
 }
+
+REFERENCE_PRESETS = {
+    "grpo": ("verl", "verl-agent"),
+    "rloo": ("verl", "verl-agent"),
+    "reinforce_pp_baseline": ("verl", "verl-agent"),
+    "gigpo": ("verl-agent",),
+    "hgpo": ("verl-agent",),
+    "turn_group": ("igpo-fork", "matchtir"),
+}
+"""Estimator -> the presets named after the reference code it has (besides "creditline")."""
+TURN_GROUP_PRESET = {"a2tgpo": "igpo-fork", "matchtir": "matchtir"}
+
+
+def reference_presets(name: str, params: dict | None = None) -> tuple[str, ...]:
+    """The reference presets valid with ``params`` (turn_group: the one of its variant)."""
+    if name == "turn_group":
+        return (TURN_GROUP_PRESET[(params or {}).get("variant", "a2tgpo")],)
+    return REFERENCE_PRESETS[name]

@@ -33,7 +33,7 @@ NAMES = ["gigpo", "grpo", "hgpo", "reinforce_pp_baseline", "rloo", "turn_group"]
 
 # --- registry ------------------------------------------------------------------------------
 def test_available_lists_estimators_params_and_defaults():
-    av = available()
+    av = {name: info["params"] for name, info in available().items()}
     assert sorted(av) == NAMES
     assert av["grpo"] == {"norm_by_std": True, "conventions": "creditline"}
     assert av["gigpo"] == {
@@ -55,8 +55,10 @@ def test_unknown_estimator_and_parameter_name_the_valid_ones():
         ValueError, match=r"unknown parameter\(s\) \['gamma'\] for estimator 'grpo'.*norm_by_std"
     ):
         compute("grpo", BASE, gamma=0.9)
-    with pytest.raises(ValueError, match="unknown conventions 'trl'"):
+    with pytest.raises(ValueError, match="unknown conventions 'trl' for estimator 'grpo'"):
         compute("grpo", BASE, conventions="trl")
+    with pytest.raises(ValueError, match="estimator 'gigpo' has no 'verl' reference"):
+        compute("gigpo", BASE, conventions="verl")
     with pytest.raises(ValueError, match="unknown mode 'std'"):
         compute("gigpo", BASE, mode="std")
     with pytest.raises(ValueError, match="unknown variant"):
@@ -67,11 +69,18 @@ def test_unknown_estimator_and_parameter_name_the_valid_ones():
         compute("gigpo", BASE, enable_similarity=True, similarity_thresh=0.0)
 
 
-def test_register_rejects_duplicates_and_positional_params():
+def test_register_rejects_duplicates_positional_params_and_unnamed_presets():
     with pytest.raises(ValueError, match="already registered"):
-        adv.register("grpo", verl=Conventions())(lambda table, conv: np.zeros(0))
+        adv.register("grpo", references={"verl": Conventions()})(lambda table, conv: np.zeros(0))
     with pytest.raises(TypeError, match="keyword-only"):
-        adv.register("bad_estimator", verl=Conventions())(lambda table, conv, x: np.zeros(0))
+        adv.register("bad_estimator")(lambda table, conv, x: np.zeros(0))
+    # presets are named after the code they reproduce: a new name must be added to PRESETS first
+    with pytest.raises(ValueError, match=r"unknown reference preset\(s\) \['reference'\]"):
+        adv.register("bad_estimator", references={"reference": Conventions()})
+    with pytest.raises(ValueError, match=r"unknown reference preset\(s\) \['creditline'\]"):
+        adv.register("bad_estimator", references={"creditline": Conventions()})
+    with pytest.raises(TypeError, match="must be Conventions or a callable"):
+        adv.register("bad_estimator", references={"verl": "verl"})
     assert "bad_estimator" not in available()
 
 
@@ -100,11 +109,12 @@ def test_params_hash_is_stable_and_resolved():
     )
     assert h == params_hash("gigpo", {"gamma": np.float64(0.95)})
     assert h != params_hash("gigpo", {"gamma": 0.9})
-    assert h != params_hash("gigpo", {"conventions": "verl"})
+    assert h != params_hash("gigpo", {"conventions": "verl-agent"})
     assert params_hash("grpo") != params_hash("rloo")
-    # the "verl" preset of turn_group depends on the variant
-    assert params_hash("turn_group", {"conventions": "verl"}) != params_hash(
-        "turn_group", {"conventions": "verl", "variant": "matchtir"}
+    # a preset is expanded to its fields: verl (per episode) and verl-agent (step rows) differ
+    assert params_hash("grpo", {"conventions": "verl"}) != params_hash("grpo", {"conventions": "verl-agent"})
+    assert params_hash("turn_group", {"conventions": "igpo-fork"}) != params_hash(
+        "turn_group", {"conventions": "matchtir", "variant": "matchtir"}
     )
     assert params_hash("gigpo", {"gamma": 0.95}) == "0be51cfae2c69c77"  # pinned: changes break lineage
 

@@ -1,4 +1,7 @@
-"""Hand-computed cases for every estimator, under both convention presets.
+"""Hand-computed cases for every estimator, under "creditline" and its reference presets.
+
+The outcome cases here have one step per episode, where "verl" and "verl-agent" agree (both are
+asserted); test_adv_presets.py has the multi-step table on which they differ.
 
 Arithmetic is written out in the comments; expected values are the same arithmetic in Python.
 ε = 1e-6 on σ unless stated. "pop" = population σ (n), "unb" = unbiased σ (n−1).
@@ -40,11 +43,12 @@ SD_UNB = sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # = sqrt(1/3) = 0.57735
 SD_POP = sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 3)  # = sqrt(2/9) = 0.471405
 
 
-def test_grpo_verl():
+@pytest.mark.parametrize("preset", ["verl", "verl-agent"])
+def test_grpo_reference_one_step(preset):
     # μ = 1/3, σ_unb = 0.57735 -> A = (2/3)/(0.57735+ε) = 1.1547, (−1/3)/(0.57735+ε) = −0.57735
     # singleton: μ=0, σ=1 -> A = 1/(1+ε) (verl keeps the raw score)
     close(
-        compute("grpo", OUTCOME, conventions="verl"),
+        compute("grpo", OUTCOME, conventions=preset),
         [(2 / 3) / (SD_UNB + EPS), (-1 / 3) / (SD_UNB + EPS), (-1 / 3) / (SD_UNB + EPS), 1 / (1 + EPS)],
     )
 
@@ -57,34 +61,38 @@ def test_grpo_creditline():
     )
 
 
-def test_dr_grpo_both_presets():
-    # A = r − μ = [2/3, −1/3, −1/3]; singleton: raw 1 (verl) or 0 (creditline)
-    close(compute("grpo", OUTCOME, norm_by_std=False, conventions="verl"), [2 / 3, -1 / 3, -1 / 3, 1.0])
+def test_dr_grpo_all_presets():
+    # A = r − μ = [2/3, −1/3, −1/3]; singleton: raw 1 (verl, verl-agent) or 0 (creditline)
+    for preset in ("verl", "verl-agent"):
+        close(compute("grpo", OUTCOME, norm_by_std=False, conventions=preset), [2 / 3, -1 / 3, -1 / 3, 1.0])
     close(compute("grpo", OUTCOME, norm_by_std=False), [2 / 3, -1 / 3, -1 / 3, 0.0])
 
 
-def test_rloo_both_presets():
+def test_rloo_all_presets():
     # A_i = r_i − mean_{j≠i} r_j: 1 − 0, 0 − 1/2, 0 − 1/2; singleton: verl loop raw 1, creditline 0
-    close(compute("rloo", OUTCOME, conventions="verl"), [1.0, -0.5, -0.5, 1.0])
+    for preset in ("verl", "verl-agent"):
+        close(compute("rloo", OUTCOME, conventions=preset), [1.0, -0.5, -0.5, 1.0])
     close(compute("rloo", OUTCOME), [1.0, -0.5, -0.5, 0.0])
 
 
-def test_reinforce_pp_baseline_verl():
+@pytest.mark.parametrize("preset", ["verl", "verl-agent"])
+def test_reinforce_pp_baseline_reference_one_step(preset):
     # a = r − μ_g = [2/3, −1/3, −1/3, 1 (singleton μ=0)]; one token per row (no completion_length)
     # batch mean m = (2/3 − 2/3 + 1)/4 = 1/4; deviations [5/12, −7/12, −7/12, 3/4]
     # Σdev² = 25/144 + 2·49/144 + 81/144 = 204/144; var_unb = (204/144)/3 = 0.47222
     # A = dev / sqrt(var + 1e-8) = [0.60634, −0.84887, −0.84887, 1.09141]
     dev = np.array([5 / 12, -7 / 12, -7 / 12, 3 / 4])
-    close(compute("reinforce_pp_baseline", OUTCOME, conventions="verl"), dev / sqrt(204 / 144 / 3 + 1e-8))
+    close(compute("reinforce_pp_baseline", OUTCOME, conventions=preset), dev / sqrt(204 / 144 / 3 + 1e-8))
 
 
-def test_reinforce_pp_baseline_token_weighted():
+@pytest.mark.parametrize("preset", ["verl", "verl-agent"])
+def test_reinforce_pp_baseline_token_weighted(preset):
     # completion lengths [2, 1, 1, 4] tokens; a = [2/3, −1/3, −1/3, 1]
     # token mean m = (2·2/3 − 1/3 − 1/3 + 4·1)/8 = (14/3)/8 = 7/12
     # Σ tok·dev² = 2(1/12)² + 2(11/12)² + 4(5/12)² = (2 + 242 + 100)/144 = 344/144; var = (344/144)/7
     df = OUTCOME.assign(completion_length=[2, 1, 1, 4])
     a = np.array([2 / 3, -1 / 3, -1 / 3, 1.0])
-    close(compute("reinforce_pp_baseline", df, conventions="verl"), (a - 7 / 12) / sqrt(344 / 144 / 7 + 1e-8))
+    close(compute("reinforce_pp_baseline", df, conventions=preset), (a - 7 / 12) / sqrt(344 / 144 / 7 + 1e-8))
 
 
 def test_reinforce_pp_baseline_creditline():
@@ -111,14 +119,15 @@ GIGPO = table(
 )
 
 
-def test_gigpo_verl():
+def test_gigpo_verl_agent():
     # episode stats over step rows [1, 1, 0, 0]: μ=0.5, σ_unb = sqrt(4·0.25/3) = 0.57735 -> ±0.86602
     # (g, s0): [0.5, 0]: μ=0.25, σ_unb = sqrt(2·0.0625/1) = 0.35355 -> ±0.70711; step singletons -> 0
     # group h: one row -> episode singleton raw 1/(1+ε); step singleton 0
     ae = 0.5 / (sqrt(1 / 3) + EPS)
     a_s = 0.25 / (sqrt(0.125) + EPS)
     close(
-        compute("gigpo", GIGPO, gamma=0.5, conventions="verl"), [ae + a_s, ae, -ae - a_s, -ae, 1 / (1 + EPS)]
+        compute("gigpo", GIGPO, gamma=0.5, conventions="verl-agent"),
+        [ae + a_s, ae, -ae - a_s, -ae, 1 / (1 + EPS)],
     )
 
 
@@ -131,9 +140,9 @@ def test_gigpo_creditline():
 
 def test_gigpo_mean_norm_and_weight():
     # mean_norm: A^E = R − μ = ±0.5; A^S on (g, s0) = ±0.25; ω = 2 -> [1, 0.5, −1, −0.5]
-    # the singleton group h: verl raw 1, creditline 0
+    # the singleton group h: verl-agent raw 1, creditline 0
     close(
-        compute("gigpo", GIGPO, gamma=0.5, mode="mean_norm", step_advantage_w=2.0, conventions="verl"),
+        compute("gigpo", GIGPO, gamma=0.5, mode="mean_norm", step_advantage_w=2.0, conventions="verl-agent"),
         [1.0, 0.5, -1.0, -0.5, 1.0],
     )
     close(
@@ -163,12 +172,12 @@ HGPO = table(
 S1 = sqrt(2 / 9) + EPS
 
 
-def test_hgpo_verl_drops_zero_levels():
+def test_hgpo_verl_agent_drops_zero_levels():
     # verl-agent keeps only nonzero levels: P1 = [(1, 0.70711)] -> 2/(2+ε)·0.70711 (the k=2 zero dropped)
     # P0, Q0: only a zero item -> no items -> 0; R1 = 2/(2+ε)·(−1.41421); R0: no items -> 0
     w = 2 / (2 + EPS)
     close(
-        compute("hgpo", HGPO, gamma=0.5, history_length=1, conventions="verl"),
+        compute("hgpo", HGPO, gamma=0.5, history_length=1, conventions="verl-agent"),
         [0.0, w * (1 / 3) / S1, 0.0, w * (1 / 3) / S1, 0.0, w * (-2 / 3) / S1],
     )
 
@@ -221,10 +230,10 @@ def test_a2tgpo_creditline():
     close(compute("turn_group", TURNS, alpha=0.3), [z, -0.3 * z + z, -z, 0.3 * z / sqrt(2) - z, -z])
 
 
-def test_a2tgpo_verl():
+def test_a2tgpo_igpo_fork():
     # reference σ = sqrt(var_pop + 1e-8) + 1e-6, count ≤ 1 -> n̂ = 0
     z = 0.5 / (sqrt(0.25 + 1e-8) + EPS)
-    close(compute("turn_group", TURNS, conventions="verl"), [z, 0.0, -z, z / sqrt(2) - z, -z])
+    close(compute("turn_group", TURNS, conventions="igpo-fork"), [z, 0.0, -z, z / sqrt(2) - z, -z])
 
 
 def test_matchtir_both_presets():
@@ -237,11 +246,11 @@ def test_matchtir_both_presets():
         compute("turn_group", TURNS, variant="matchtir"),
         [(z - t0) / 2, (z - t1) / 2, (-z + t0) / 2, (-z + t1) / 2, (-z + 0) / 2],
     )
-    # verl: unbiased σ = |dev|·√2; singleton (g, t2): μ=0, σ=1 -> 1/(1+ε); A^traj with σ_unb = √0.5
+    # matchtir (its code): unbiased σ = |dev|·√2; singleton (g, t2): μ=0, σ=1 -> 1/(1+ε); A^traj with σ_unb = √0.5
     zu = 0.5 / (sqrt(0.5) + EPS)
     u0, u1 = 0.355 / (0.355 * sqrt(2) + EPS), 0.95 / (0.95 * sqrt(2) + EPS)
     close(
-        compute("turn_group", TURNS, variant="matchtir", conventions="verl"),
+        compute("turn_group", TURNS, variant="matchtir", conventions="matchtir"),
         [(zu - u0) / 2, (zu - u1) / 2, (-zu + u0) / 2, (-zu + u1) / 2, (-zu + 1 / (1 + EPS)) / 2],
     )
 

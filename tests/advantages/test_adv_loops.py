@@ -1,6 +1,7 @@
-"""Vectorised estimators == the plain-loop references (reference_loops.py), on random tables
-with rows shuffled, for both presets; the verl-conventions runs are the reproduction of verl /
-verl-agent @20bd331 (to 1e-6, in practice ~1e-12)."""
+"""Vectorised estimators == the plain-loop references (reference_loops.py), on random multi-step
+tables with rows shuffled, for "creditline" and every reference preset of the estimator: the
+"verl" runs reproduce verl @b178a3c (one sample per episode), the "verl-agent" runs verl-agent
+@20bd331 (cross-step), "igpo-fork" / "matchtir" turn_group's references (to 1e-9, float64)."""
 
 import zlib
 
@@ -8,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from adv_tables import random_steps, shuffled
-from reference_loops import LOOPS, discounted_returns_loop
+from reference_loops import LOOPS, discounted_returns_loop, reference_presets
 
 from creditline.advantages import compute, discounted_returns
 from creditline.advantages.registry import resolve
@@ -48,8 +49,14 @@ def check(name, params, conventions, df, rng, atol=1e-9):
     np.testing.assert_allclose(got, expected[pos], rtol=1e-9, atol=atol)
 
 
-@pytest.mark.parametrize("conventions", ["verl", "creditline"])
-@pytest.mark.parametrize("name,params", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+PRESET_CASES = [
+    pytest.param(name, params, preset, id=f"{name}-{i}-{preset}")
+    for i, (name, params) in enumerate(CASES)
+    for preset in ("creditline", *reference_presets(name, params))
+]
+
+
+@pytest.mark.parametrize("name,params,conventions", PRESET_CASES)
 def test_loop_equals_vectorised(name, params, conventions):
     rng = np.random.default_rng(zlib.crc32(f"{name}{params}{conventions}".encode()))
     for trial in range(12):
@@ -64,7 +71,7 @@ def test_loop_equals_vectorised(name, params, conventions):
         check(name, params, conventions, df, rng)
 
 
-@pytest.mark.parametrize("conventions", ["verl", "creditline"])
+@pytest.mark.parametrize("conventions", ["creditline", "verl", "verl-agent"])
 @pytest.mark.parametrize("name", ["grpo", "rloo", "reinforce_pp_baseline"])
 def test_outcome_with_completion_lengths(name, conventions):
     rng = np.random.default_rng(7)
@@ -74,7 +81,7 @@ def test_outcome_with_completion_lengths(name, conventions):
         check(name, {}, conventions, df, rng)
 
 
-@pytest.mark.parametrize("conventions", ["verl", "creditline"])
+@pytest.mark.parametrize("conventions", ["creditline", "verl-agent"])
 @pytest.mark.parametrize("thresh", [0.85, 0.95, 0.99])
 def test_gigpo_similarity_equals_loop(conventions, thresh):
     rng = np.random.default_rng(int(thresh * 100))
@@ -106,7 +113,7 @@ def test_larger_table_all_estimators():
     rng = np.random.default_rng(11)
     df = random_steps(rng, n_groups=12, group_size=10, max_steps=15, n_anchors=4, discrete=False)
     for name, params in CASES:
-        for conventions in ("verl", "creditline"):
+        for conventions in ("creditline", *reference_presets(name, params)):
             check(name, params, conventions, df, rng)
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference_loops import reference_presets
 
 from creditline.advantages import compute
 
@@ -100,14 +101,15 @@ def test_constant_group_gives_zero(df, value):
     for name, kw in cases:
         out = compute(name, const, **kw)
         np.testing.assert_allclose(out, 0.0, atol=1e-9, err_msg=f"{name} creditline")
-    # verl keeps the raw score of singleton groups (and MatchTIR of singleton turn groups), so the
-    # reference conventions give 0 only where every group has >= 2 episodes
+    # verl / verl-agent keep the raw score of singleton groups (and MatchTIR of singleton turn
+    # groups), so the reference presets give 0 only where every group has >= 2 episodes
     n_episodes = const.groupby("group_id").episode_id.transform("nunique")
     paired = const[n_episodes >= 2]
     if len(paired):
         for name, kw in cases[:-1]:
-            out = compute(name, paired, conventions="verl", **kw)
-            np.testing.assert_allclose(out, 0.0, atol=1e-9, err_msg=f"{name} verl")
+            for preset in reference_presets(name, kw):
+                out = compute(name, paired, conventions=preset, **kw)
+                np.testing.assert_allclose(out, 0.0, atol=1e-9, err_msg=f"{name} {preset}")
 
 
 @SETTINGS
@@ -125,7 +127,7 @@ def test_row_shuffling_changes_nothing(df, random):
         ("turn_group", {}),
         ("turn_group", {"variant": "matchtir"}),
     ]:
-        for conventions in ("creditline", "verl"):
+        for conventions in ("creditline", *reference_presets(name, kw)):
             a = compute(name, df, conventions=conventions, **kw)
             b = compute(name, shuffled, conventions=conventions, **kw)
             np.testing.assert_array_equal(b, a[perm], err_msg=f"{name} {conventions}")

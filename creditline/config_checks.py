@@ -1,0 +1,372 @@
+"""Checking an experiment configuration before anything is registered.
+
+An experiment's name is registered for good the first time it runs, so a config that would fail (or
+hang) in round 1 must fail here instead: every field is checked, every problem is collected, and they
+are reported together, one line each, naming the file, the dotted field, the value and what is allowed:
+
+    grpo.toml: rollouts.group_size = 0: must be an integer in 1..1024
+
+Each field's rule sits next to the field (`creditline.config`, `creditline.trainer.TrainConfig`) as
+dataclass metadata; the annotation gives the type:
+
+    {"range": "(0, 1]"}            int | float: an interval, "[" / "]" closed, "(" / ")" open
+    {"choices": REGISTRY}          str: a collection of names, or a function returning one (read when checking)
+    {"pattern": (REGEX, WORDS)}    str: a full match of REGEX; WORDS says what that means
+    dict[str, Any]                 a table of parameters, checked by a relation below
+
+An int field takes a whole number (8, or 8.0 which becomes 8), never a boolean or a string; a float
+field takes ints too, kept as written so that configs registered before these checks keep their hash.
+
+The checks that relate fields or look outside the config are the functions at the end (`RELATIONS`
+names their fields): an environment's parameters are tried by building it once, an estimator's by
+resolving them and computing the advantages of a four-step probe table, minibatches are compared with
+the episodes of a round, and the initial policy's folder is looked for only when a new config is
+loaded (`files=True`), never when a registered one is read back (the folder may be gone by then, or
+the reader may run elsewhere).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any, get_origin, get_type_hints
+
+import pandas as pd
+
+from creditline.advantages import compute, params_hash
+from creditline.advantages.registry import resolve
+from creditline.envs import ENVIRONMENTS, make_env
+
+BUILTIN_POLICY = "builtin:tiny"
+RELATIONS = ("initial_policy", "env.params", "advantages.params", "train.minibatches")
+"""Fields whose check needs other fields or the file system (see the functions at the end)."""
+
+
+class ConfigError(ValueError):
+    """Everything wrong with a configuration: `problems` holds one line each, `str()` joins them."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    """The dotted field, e.g. "rollouts.group_size"."""
+    value: Any
+    allowed: str
+    """What the field accepts, e.g. "must be an integer in 1..1024"."""
+
+    def line(self, source: str | None = None) -> str:
+        where = f"{source}: " if source else ""
+        return f"{where}{self.path} = {show(self.value)}: {self.allowed}"
+
+
+def show(value: Any, limit: int = 100) -> str:
+    """`value` as it would be written in TOML, on one line of at most `limit` characters."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, float):
+        text = repr(value) if math.isfinite(value) else str(value)
+    elif isinstance(value, int):
+        text = str(value) if value.bit_length() < 1000 else f"an integer of {value.bit_length()} bits"
+    elif isinstance(value, Mapping):
+        text = "{ " + ", ".join(f"{k} = {show(v, limit)}" for k, v in value.items()) + " }" if value else "{}"
+    elif isinstance(value, list | tuple):
+        text = "[" + ", ".join(show(v, limit) for v in value) + "]"
+    elif value is None:
+        text = "null"
+    else:
+        text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- one field ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    text: str
+    low: float
+    high: float
+    low_open: bool
+    high_open: bool
+
+    def __contains__(self, x: float) -> bool:
+        above = self.low < x if self.low_open else self.low <= x
+        below = x < self.high if self.high_open else x <= self.high
+        return above and below
+
+    def integers(self) -> str:
+        """The whole numbers inside, as "1..1024"."""
+        low = math.floor(self.low) + 1 if self.low_open else math.ceil(self.low)
+        high = math.ceil(self.high) - 1 if self.high_open else math.floor(self.high)
+        return f"{low}..{high}"
+
+
+_INTERVAL = re.compile(r"([\[(])\s*([^,\s]+)\s*,\s*([^\])\s]+)\s*([\])])")
+
+
+@functools.cache
+def interval(text: str) -> Interval:
+    """Parse "[1, 1024]" or "(0, 1]" (numbers as Python writes them, underscores allowed)."""
+    match = _INTERVAL.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"not an interval: {text!r} (write it as [1, 10] or (0, 1])")
+    opening, low, high, closing = match.groups()
+    return Interval(text, float(low), float(high), opening == "(", closing == ")")
+
+
+def whole_number(value: Any) -> int | None:
+    """`value` as an int if it is a whole number (not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, Integral):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def check_value(hint: Any, rule: Mapping[str, Any], value: Any) -> tuple[Any, str | None]:
+    """(the value, normalised; None) if `value` obeys the field's type and rule, else (value, what is allowed)."""
+    if hint is int:
+        span = interval(rule["range"])
+        number = whole_number(value)
+        ok = number is not None and number in span
+        return (number, None) if ok else (value, f"must be an integer in {span.integers()}")
+    if hint is float:
+        span = interval(rule["range"])
+        ok = is_number(value) and value in span
+        return (value, None) if ok else (value, f"must be a number in {span.text}")
+    if hint is str and "choices" in rule:
+        names = rule["choices"]() if callable(rule["choices"]) else rule["choices"]
+        ok = isinstance(value, str) and value in names
+        return (value, None) if ok else (value, "must be one of " + ", ".join(map(json.dumps, sorted(names))))
+    if hint is str and "pattern" in rule:
+        regex, words = rule["pattern"]
+        ok = isinstance(value, str) and regex.fullmatch(value) is not None
+        return (value, None) if ok else (value, f"must be {words}")
+    if hint is str:
+        return (value, None) if isinstance(value, str) and value else (value, "must be a non-empty string")
+    if get_origin(hint) is dict:
+        return (value, None) if isinstance(value, Mapping) else (value, "must be a table of parameters")
+    raise TypeError(f"no rule for a field of type {hint!r}: give it a range, choices or a pattern")
+
+
+# --- a dataclass, recursively ------------------------------------------------------------------------
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+@functools.cache
+def sections(cls: type) -> dict[str, type]:
+    """{field name: dataclass} for the fields of `cls` that are themselves config dataclasses."""
+    return {name: hint for name, hint in type_hints(cls).items() if is_dataclass(hint)}
+
+
+def check_fields(
+    cls: type, data: Mapping[Any, Any], prefix: str = ""
+) -> tuple[dict[str, Any], list[Problem]]:
+    """(the valid fields of `data`, normalised; a Problem for every other key) for dataclass `cls`."""
+    declared = {f.name: f for f in fields(cls)}
+    hints = type_hints(cls)
+    valid: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in declared:
+            problems.append(Problem(path, value, unknown_key(str(key), sorted(declared))))
+        elif key in sections(cls) and isinstance(value, Mapping):
+            valid[key], inner = check_fields(hints[key], value, f"{path}.")
+            problems += inner
+        elif key in sections(cls):
+            keys = ", ".join(f.name for f in fields(hints[key]))
+            problems.append(Problem(path, value, f"must be a table with keys {keys}"))
+        else:
+            normalised, allowed = check_value(hints[key], declared[key].metadata, value)
+            if allowed is None:
+                valid[key] = normalised
+            else:
+                problems.append(Problem(path, value, allowed))
+    return valid, problems
+
+
+def unknown_key(key: str, known: Sequence[str]) -> str:
+    guess = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    hint = f" (did you mean {guess[0]}?)" if guess else ""
+    return f"unknown key{hint}; known keys: {', '.join(known)}"
+
+
+def check_config(
+    cls: type, data: Mapping[Any, Any], *, files: bool = False
+) -> tuple[dict[str, Any], list[Problem]]:
+    """(the valid fields, normalised; every problem) of a whole experiment config given as a dict."""
+    valid, problems = check_fields(cls, data)
+    return valid, problems + relation_problems(cls, valid, files=files)
+
+
+# --- relations and the outside world -----------------------------------------------------------------
+
+
+def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> list[Problem]:
+    """The checks of RELATIONS, each run only when the fields it reads passed their own checks."""
+    env, adv = config.get("env", {}), config.get("advantages", {})
+    rollouts, train = config.get("rollouts", {}), config.get("train", {})
+    problems: list[Problem] = []
+    if "initial_policy" in config:
+        problems += initial_policy_problems(config["initial_policy"], files=files)
+    if "name" in env and "params" in env:
+        note = inherited_note(cls, "env.name", "env.params", env["name"], env["params"])
+        problems += env_problems(env["name"], env["params"], note)
+    if "estimator" in adv and "params" in adv:
+        note = inherited_note(
+            cls, "advantages.estimator", "advantages.params", adv["estimator"], adv["params"]
+        )
+        problems += estimator_problems(adv["estimator"], adv["params"], note)
+    if {"tasks_per_round", "group_size"} <= rollouts.keys() and "minibatches" in train:
+        episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
+        if train["minibatches"] > episodes:
+            problems.append(
+                Problem("train.minibatches", train["minibatches"],
+                        f"must be at most rollouts.tasks_per_round × rollouts.group_size = {episodes}, "
+                        "the episodes of a round (a minibatch needs at least one)")
+            )  # fmt: skip
+    return problems
+
+
+def initial_policy_problems(value: str, *, files: bool) -> list[Problem]:
+    if value == BUILTIN_POLICY or not files:
+        return []
+    folder = Path(value).expanduser()
+    if (folder / "config.json").is_file():
+        return []
+    why = "the folder has no config.json" if folder.is_dir() else "no such folder"
+    return [Problem("initial_policy", value, f'must be "{BUILTIN_POLICY}" or a HF checkpoint folder ({why})')]
+
+
+def field_default(cls: type, path: str) -> Any:
+    """The default of a dotted field, e.g. "env.params" of ExperimentConfig (without building `cls`)."""
+    first, *rest = path.split(".")
+    declared = next(f for f in fields(cls) if f.name == first)
+    value = declared.default_factory() if declared.default is MISSING else declared.default  # type: ignore[misc]
+    for name in rest:
+        value = getattr(value, name)
+    return value
+
+
+def inherited_note(cls: type, name_path: str, params_path: str, name: str, params: Mapping[Any, Any]) -> str:
+    """A hint when another name than the default keeps the default parameters (written for the default)."""
+    default_name = field_default(cls, name_path)
+    if name == default_name or params != field_default(cls, params_path):
+        return ""
+    return f' ({params_path} defaults to parameters of "{default_name}": set {params_path} for "{name}")'
+
+
+def parameter_problems(
+    path: str, params: Mapping[Any, Any], defaults: Mapping[str, Any], owner: str, note: str = ""
+) -> list[Problem]:
+    """Unknown parameter names (one problem), then each value of another type than its (non-None) default."""
+    unknown = [key for key in params if key not in defaults]
+    problems = []
+    if unknown:
+        names = ", ".join(map(str, unknown))
+        allowed = f"unknown parameter{'s' * (len(unknown) > 1)} {names} of {owner}; known: {', '.join(sorted(defaults))}"
+        problems.append(Problem(path, params, allowed + note))
+    for key, value in params.items():
+        default = defaults.get(key)
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            ok, kind = whole_number(value) is not None and not isinstance(value, float), "an integer"
+        elif isinstance(default, float):
+            ok, kind = is_number(value) and math.isfinite(value), "a finite number"
+        elif isinstance(default, str):
+            ok, kind = isinstance(value, str), "a string"
+        else:
+            continue
+        if not ok:
+            problems.append(
+                Problem(f"{path}.{key}", value, f"must be {kind}, like the default {show(default)}")
+            )
+    return problems
+
+
+def env_problems(name: str, params: Mapping[Any, Any], note: str = "") -> list[Problem]:
+    """`env.params` checked against the constructor's signature, then by building the environment once."""
+    signature = inspect.signature(ENVIRONMENTS[name])
+    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        problems = []
+    else:
+        defaults = {
+            p.name: None if p.default is p.empty else p.default for p in signature.parameters.values()
+        }
+        problems = parameter_problems("env.params", params, defaults, f'environment "{name}"', note)
+    failure = None if problems else _failure(lambda: make_env(name, **params))
+    if failure:
+        problems.append(Problem("env.params", params, f'rejected by environment "{name}": {failure}'))
+    return problems
+
+
+_PROBE_STEPS = {
+    "group_id": ["g", "g", "g", "g"],
+    "episode_id": ["a", "a", "b", "b"],
+    "step_idx": [0, 1, 0, 1],
+    "anchor_key": ["s0", "s1", "s0", "s2"],
+    "step_reward": [0.0, 1.0, 0.0, 0.0],
+    "episode_reward": [1.0, 1.0, 0.0, 0.0],
+}
+"""One group of two two-step episodes sharing their first state: enough for every estimator's code path."""
+
+
+def estimator_problems(estimator: str, params: Mapping[Any, Any], note: str = "") -> list[Problem]:
+    """`advantages.params`: names and types against the estimator's defaults, then resolved and tried once."""
+    defaults = {**resolve(estimator, {})[0].defaults, "conventions": None}  # conventions: resolve checks it
+    problems = parameter_problems("advantages.params", params, defaults, f'estimator "{estimator}"', note)
+    if problems:
+        return problems
+    try:
+        failure = _estimator_failure(estimator, json.dumps(params, sort_keys=True, allow_nan=False))
+    except (TypeError, ValueError):  # not plain JSON (NaN, an object): tried without the cache
+        failure = _failure(lambda: _try_estimator(estimator, params))
+    if failure:
+        return [Problem("advantages.params", params, f'rejected by estimator "{estimator}": {failure}')]
+    return []
+
+
+@functools.lru_cache(maxsize=256)
+def _estimator_failure(estimator: str, params_json: str) -> str | None:
+    """Cached: every config construction checks its estimator, and estimators are pure functions."""
+    return _failure(lambda: _try_estimator(estimator, json.loads(params_json)))
+
+
+def _try_estimator(estimator: str, params: Mapping[str, Any]) -> None:
+    params_hash(estimator, params)
+    compute(estimator, pd.DataFrame(_PROBE_STEPS), **params)
+
+
+def _failure(attempt: Callable[[], Any]) -> str | None:
+    """The one-line message of the TypeError or ValueError (or ArithmeticError) `attempt` raises, else None."""
+    try:
+        attempt()
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        return " ".join(str(exc).split())
+    return None

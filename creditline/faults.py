@@ -1,0 +1,42 @@
+"""Failpoints: named places where a test can have the process killed, to prove crash safety.
+
+The fault tests (tests/faults/) run `creditline run` with `CREDITLINE_FAULT=<name>:<n>` and the
+process SIGKILLs itself the n-th time it reaches the failpoint `<name>` (default n = 1): no cleanup,
+no `finally`, exactly like an OOM kill or a pre-empted node. Without the variable a failpoint is a
+dictionary lookup. Names used in the code:
+
+    write:<file name>        a file or folder is complete under its temp name, not yet renamed
+    lineage:<kind>           inside the lineage transaction that records an artifact, before COMMIT
+    after:<kind>             an artifact is recorded; the next stage has not started (a stage boundary)
+    train:update             after each optimiser update of the trainer
+    mlflow:<asset>           an asset's metrics are sent to MLflow, its run row not yet in DuckDB
+    commit:round             everything of the round is written but its commit point
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+FAULT_ENV = "CREDITLINE_FAULT"
+
+
+def _parse(spec: str) -> tuple[str, int]:
+    name, sep, count = spec.rpartition(":")
+    if sep and count.isdigit():
+        return name, int(count)
+    return spec, 1
+
+
+_TARGET = _parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) else None
+_hits: Counter[str] = Counter()
+
+
+def failpoint(name: str) -> None:
+    """SIGKILL this process if `name` is the armed failpoint and this is its n-th hit."""
+    if _TARGET is None or name != _TARGET[0]:
+        return
+    _hits[name] += 1
+    if _hits[name] == _TARGET[1]:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,70 @@
+"""Is the process that wrote this still alive? Identities that survive pid reuse.
+
+A killed writer leaves traces (a Dagster run marked STARTED, a pool slot, an experiment lease, a
+temp file); whoever starts next must tell a dead writer from a slow one. A pid alone cannot: the
+kernel reuses pids. So a process is identified by (host, pid, start time), the start time read from
+`/proc/<pid>/stat` (field 22, clock ticks since boot). The holder is alive when a process with that
+pid exists on this host and started at the same tick. On another host nothing can be checked
+(`is_alive` returns None) and callers fall back to heartbeats.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    host: str
+    pid: int
+    start_ticks: int
+    """Start time of the process in clock ticks since boot; 0 where /proc is not available."""
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}:{self.start_ticks}"
+
+    @classmethod
+    def parse(cls, text: str) -> ProcessId:
+        """The inverse of `str()`; raises ValueError on anything else."""
+        host, pid, ticks = text.rsplit(":", 2)
+        return cls(host, int(pid), int(ticks))
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat, or None when there is no such process (0 without /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return 0
+    # the command name (field 2) is in parentheses and may contain spaces: split after the last ")"
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+@cache
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def this_process() -> ProcessId:
+    return ProcessId(hostname(), os.getpid(), start_ticks(os.getpid()) or 0)
+
+
+def is_alive(process: ProcessId) -> bool | None:
+    """True/False on this host; None for a process on another host (unknowable from here)."""
+    if process.host != hostname():
+        return None
+    ticks = start_ticks(process.pid)
+    if ticks is None:
+        return False
+    if not os.path.exists("/proc"):  # no /proc: the pid exists, which is all we can tell
+        return True
+    return ticks == process.start_ticks or process.start_ticks == 0

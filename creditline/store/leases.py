@@ -1,0 +1,131 @@
+"""One writer per experiment: a lease row in the lineage store, with holder and heartbeat.
+
+`creditline run` holds its experiment's lease for as long as it runs rounds; a second `run` of the
+same experiment is refused with the holder's name, instead of both training every round. A holder
+that died (its process is gone from this host, or its heartbeat is older than the time to live for a
+holder on another host) is taken over, and the taker is told whom it replaced. A daemon thread
+renews the heartbeat while the lease is held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import duckdb
+
+from creditline.liveness import ProcessId, is_alive, this_process
+from creditline.store.lineage import LineageStore
+
+LEASE_TTL_S = 60.0
+"""A heartbeat older than this frees the lease of a holder whose liveness cannot be checked."""
+HEARTBEAT_S = 10.0
+
+
+class LeaseHeldError(RuntimeError):
+    """The experiment's lease belongs to another live process."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    experiment: str
+    holder: ProcessId
+    replaced: str | None
+    """The dead holder this lease was taken over from, described for a person; None if it was free."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _holder_state(holder: str, heartbeat_at: datetime, ttl_s: float) -> tuple[bool, str]:
+    """(alive, description) of a recorded holder."""
+    try:
+        process = ProcessId.parse(holder)
+    except ValueError:
+        return False, f"unreadable holder {holder!r}"
+    age = (_now() - heartbeat_at).total_seconds()
+    alive = is_alive(process)
+    if alive is None:
+        alive = age <= ttl_s
+    return alive, f"{process.describe()}, last heartbeat {age:.0f} s ago"
+
+
+def acquire_lease(store: LineageStore, experiment: str, ttl_s: float = LEASE_TTL_S) -> Lease:
+    """Take `experiment`'s lease for this process; raise LeaseHeldError if a live process holds it."""
+    me = this_process()
+
+    def work(con: duckdb.DuckDBPyConnection) -> str | None:
+        row = con.execute(
+            "SELECT holder, heartbeat_at FROM leases WHERE experiment = ?", [experiment]
+        ).fetchone()
+        replaced = None
+        if row is not None and row[0] != str(me):
+            alive, description = _holder_state(row[0], row[1], ttl_s)
+            if alive:
+                raise LeaseHeldError(
+                    f"experiment {experiment!r} is being run by another `creditline run` ({description}); "
+                    "wait for it to finish, or stop it first"
+                )
+            replaced = description
+        now = _now()
+        con.execute(
+            "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)", [experiment, str(me), now, now]
+        )
+        return replaced
+
+    return Lease(experiment, me, store._run(work))
+
+
+def renew_lease(store: LineageStore, lease: Lease) -> bool:
+    """Refresh the heartbeat; False if the lease is no longer ours (it was taken over)."""
+
+    def work(con: duckdb.DuckDBPyConnection) -> bool:
+        row = con.execute(
+            "UPDATE leases SET heartbeat_at = ? WHERE experiment = ? AND holder = ? RETURNING holder",
+            [_now(), lease.experiment, str(lease.holder)],
+        ).fetchone()
+        return row is not None
+
+    return store._run(work)
+
+
+def release_lease(store: LineageStore, lease: Lease) -> None:
+    store._run(
+        lambda con: con.execute(
+            "DELETE FROM leases WHERE experiment = ? AND holder = ?", [lease.experiment, str(lease.holder)]
+        )
+    )
+
+
+def lease_holder(store: LineageStore, experiment: str, ttl_s: float = LEASE_TTL_S) -> str | None:
+    """A description of the live holder of `experiment`'s lease, or None when nobody live holds it."""
+    row = store._fetchone("SELECT holder, heartbeat_at FROM leases WHERE experiment = ?", [experiment])
+    if row is None:
+        return None
+    alive, description = _holder_state(row[0], row[1], ttl_s)
+    return description if alive else None
+
+
+@contextlib.contextmanager
+def hold_lease(store: LineageStore, experiment: str, heartbeat_s: float = HEARTBEAT_S) -> Iterator[Lease]:
+    """Hold the lease for the `with` block, renewing it every `heartbeat_s` in a daemon thread."""
+    lease = acquire_lease(store, experiment)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(heartbeat_s):
+            with contextlib.suppress(Exception):  # a missed beat is retried; the TTL is 6 beats
+                renew_lease(store, lease)
+
+    thread = threading.Thread(target=beat, name=f"lease-{experiment}", daemon=True)
+    thread.start()
+    try:
+        yield lease
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        release_lease(store, lease)

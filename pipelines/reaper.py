@@ -1,0 +1,117 @@
+"""Reclaiming what a dead run left behind: its Dagster run, its pool slots, its MLflow runs.
+
+A process killed mid-round (OOM, pre-emption, SIGKILL) cannot mark its own run failed, so the run stays
+STARTED and keeps the only slot of the `gpu` pool: every later round on the data root would queue
+behind it forever. Every run records the process executing it in the tag `creditline/process`
+(host, pid, start time; see `creditline.liveness`). `reap_dead_runs` finds in-flight runs whose
+process is gone from this host, marks them FAILED with a message saying so, frees their pool slots,
+sets the round's MLflow runs KILLED, and returns one line per thing it cleaned up. It is called by
+`creditline run` before each round, by the round sensor on every tick, and Dagster's run monitoring
+reaches the same verdict through `pipelines.run_launcher`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import dagster as dg
+
+from creditline.liveness import ProcessId, is_alive, this_process
+from resources.lineage import PROCESS_TAG
+
+REAPED_TAG = "creditline/reaped"
+PARTITION_TAG = "dagster/partition"
+POOLS = ("gpu",)
+LIVE = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, *LIVE]
+
+
+def process_tags() -> dict[str, str]:
+    """The tag that names this process as the one executing a run."""
+    return {PROCESS_TAG: str(this_process())}
+
+
+def run_process(run: dg.DagsterRun) -> ProcessId | None:
+    text = run.tags.get(PROCESS_TAG)
+    if text is None:
+        return None
+    try:
+        return ProcessId.parse(text)
+    except ValueError:
+        return None
+
+
+def run_is_dead(run: dg.DagsterRun) -> bool:
+    """True only when the run's recorded process is known to be gone (never for an untagged run)."""
+    process = run_process(run)
+    return process is not None and is_alive(process) is False
+
+
+def describe_run(run: dg.DagsterRun) -> str:
+    where = run.tags.get(PARTITION_TAG, "no partition")
+    process = run_process(run)
+    return f"dagster run {run.run_id[:8]} ({run.job_name} {where}" + (
+        f", {process.describe()})" if process else ")"
+    )
+
+
+def reap_dead_runs(instance: dg.DagsterInstance, data_root: str | None = None) -> list[str]:
+    """Mark dead runs FAILED, free their slots and close their MLflow runs KILLED; say what was done."""
+    lines = []
+    for run in instance.get_runs(dg.RunsFilter(statuses=LIVE)):
+        if not run_is_dead(run):
+            continue
+        message = f"its process ({run_process(run).describe()}) is gone: killed or crashed mid-run"
+        instance.add_run_tags(run.run_id, {REAPED_TAG: "true"})
+        instance.report_run_failed(run, message=f"creditline: marked failed, {message}")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        lines.append(f"cleaned up {describe_run(run)}: marked failed, {message}; its pool slots freed")
+        if data_root is not None and (closed := _close_tracking(run, data_root)):
+            lines.append(f"  and set its MLflow run{'s' if len(closed) > 1 else ''} {', '.join(closed)} KILLED")
+    lines += free_stale_slots(instance)
+    return lines
+
+
+def free_stale_slots(instance: dg.DagsterInstance) -> list[str]:
+    """Free pool slots still claimed by runs that are no longer in flight."""
+    lines = []
+    for pool in POOLS:
+        with contextlib.suppress(Exception):  # no pool configured yet: nothing claimed
+            for run_id in instance.event_log_storage.get_concurrency_info(pool).active_run_ids:
+                run = instance.get_run_by_id(run_id)
+                if run is None or run.status not in IN_FLIGHT:
+                    instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+                    lines.append(f"freed the {pool!r} pool slot of finished dagster run {run_id[:8]}")
+    return lines
+
+
+def pool_holders(instance: dg.DagsterInstance) -> list[str]:
+    """Who holds each pool's slots now, for a person waiting on them."""
+    held = []
+    for pool in POOLS:
+        with contextlib.suppress(Exception):
+            for run_id in instance.event_log_storage.get_concurrency_info(pool).active_run_ids:
+                run = instance.get_run_by_id(run_id)
+                held.append(f"pool {pool!r} is held by " + (describe_run(run) if run else f"run {run_id[:8]}"))
+    return held
+
+
+def _close_tracking(run: dg.DagsterRun, data_root: str) -> list[str]:
+    """Set the MLflow runs of the dead run's round KILLED; return their ids."""
+    from assets.partitions import parse_round_key
+    from creditline.store.rounds import EXPERIMENT_RUN_ROUND, tracking_run_id
+    from resources import LineageResource, TrackerResource
+
+    try:
+        experiment, round_ = parse_round_key(run.tags.get(PARTITION_TAG, ""))
+    except ValueError:
+        return []
+    store = LineageResource(data_root=data_root).store()
+    tracker = TrackerResource(data_root=data_root)
+    closed = []
+    for key in (round_, EXPERIMENT_RUN_ROUND):
+        run_id = tracking_run_id(store, experiment, key)
+        if run_id is not None and tracker.status(run_id) == "RUNNING":
+            tracker.close(run_id, "KILLED")
+            closed.append(run_id[:8])
+    return closed

@@ -1,0 +1,314 @@
+"""The experiment config: every field checked, every problem reported at once, one line each."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import typing
+from dataclasses import fields, is_dataclass, replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from creditline.advantages import available
+from creditline.config import (
+    ExperimentConfig,
+    RolloutSettings,
+    from_dict,
+    load_config,
+)
+from creditline.config_checks import RELATIONS, ConfigError, check_value, interval
+from creditline.envs import ENVIRONMENTS
+from creditline.rubrics import RUBRICS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# `ExperimentConfig().to_dict()` taken before the checks were added: the default experiment's
+# registered config (and so its hash) must not change.
+DEFAULT_SNAPSHOT = json.loads("""
+{"advantages": {"estimator": "gigpo", "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}},
+ "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
+                                    "view": "relative"}},
+ "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
+ "rollouts": {"device": "cpu", "engine": "torch", "group_size": 8, "max_new_tokens": 1, "tasks_per_round": 64,
+              "temperature": 1.0, "top_p": 1.0},
+ "rounds": 20, "rubric": "env", "seed": 0,
+ "train": {"clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "learning_rate": 0.002, "max_grad_norm": 1.0,
+           "minibatches": 2, "seed": 0, "temperature": 1.0, "weight_decay": 0.0}}
+""")
+DEFAULT_HASH = "8b6182564aaae965"
+"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
+
+
+def canonical(config: dict) -> str:
+    return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def one_of(names) -> str:
+    return "must be one of " + ", ".join(f'"{n}"' for n in sorted(names))
+
+
+def problems_of(tmp_path: Path, text: str, name: str = "grpo.toml", **overrides) -> list[str]:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, **overrides)
+    return [line.replace(str(tmp_path) + "/", "") for line in caught.value.problems]
+
+
+def test_the_default_config_is_unchanged_and_valid():
+    config = ExperimentConfig()
+    assert canonical(config.to_dict()) == canonical(DEFAULT_SNAPSHOT)  # types too: 1 and 1.0 differ here
+    assert hashlib.sha256(canonical(config.to_dict()).encode()).hexdigest()[:16] == DEFAULT_HASH
+    assert load_config() == config == from_dict({}) == from_dict(config.to_dict())
+
+
+def test_the_test_experiment_file_loads():
+    config = load_config(ROOT / "tests" / "tiny_experiment.toml", name="tiny")
+    assert (config.name, config.rounds, config.rollouts.group_size, config.train.minibatches) == ("tiny", 2, 4, 2)
+
+
+BAD_CASES = {
+    "group_size 0": ("[rollouts]\ngroup_size = 0", "rollouts.group_size = 0: must be an integer in 1..1024"),
+    "group_size bool": ("[rollouts]\ngroup_size = true", "rollouts.group_size = true: must be an integer in 1..1024"),
+    "group_size fraction": ("[rollouts]\ngroup_size = 2.5", "rollouts.group_size = 2.5: must be an integer in 1..1024"),
+    "group_size string": ('[rollouts]\ngroup_size = "8"', 'rollouts.group_size = "8": must be an integer in 1..1024'),
+    "string learning rate": (
+        '[train]\nlearning_rate = "fast"',
+        'train.learning_rate = "fast": must be a number in (0, 1]',
+    ),
+    "zero learning rate": ("[train]\nlearning_rate = 0", "train.learning_rate = 0: must be a number in (0, 1]"),
+    "negative rounds": ("rounds = -3", "rounds = -3: must be an integer in 1..10000"),
+    "seed too big": ("seed = 2147483648", "seed = 2147483648: must be an integer in 0..2147483647"),
+    "huge max_new_tokens": (
+        "[rollouts]\nmax_new_tokens = 1e8",
+        "rollouts.max_new_tokens = 100000000.0: must be an integer in 1..32768",
+    ),
+    "zero temperature": ("[rollouts]\ntemperature = 0", "rollouts.temperature = 0: must be a number in (0, 10]"),
+    "nan top_p": ("[rollouts]\ntop_p = nan", "rollouts.top_p = nan: must be a number in (0, 1]"),
+    "engine": ('[rollouts]\nengine = "jax"', 'rollouts.engine = "jax": must be one of "torch", "vllm"'),
+    "device": (
+        '[rollouts]\ndevice = "gpu"',
+        'rollouts.device = "gpu": must be "cpu", "cuda", "cuda:N" or "mps"',
+    ),
+    "zero epochs": ("[train]\nepochs = 0", "train.epochs = 0: must be an integer in 1..1000"),
+    "clip range": ("[train]\nclip_eps = 1.5", "train.clip_eps = 1.5: must be a number in (0, 1]"),
+    "eval tasks": ("[eval]\nnum_tasks = 0", "eval.num_tasks = 0: must be an integer in 1..100000"),
+    "experiment name": (
+        'name = "Maze GRPO"',
+        'name = "Maze GRPO": must be 1 to 64 characters of a-z, 0-9, \'_\' and \'-\', starting with a letter or digit',
+    ),
+    "environment": ('[env]\nname = "grid"', f'env.name = "grid": {one_of(ENVIRONMENTS)}'),
+    "rubric": ('rubric = "envv"', f'rubric = "envv": {one_of(RUBRICS)}'),
+    "estimator": ('[advantages]\nestimator = "ppo"', f'advantages.estimator = "ppo": {one_of(available())}'),
+    "unknown key": (
+        "[rollouts]\ngrup_size = 4",
+        "rollouts.grup_size = 4: unknown key (did you mean group_size?); known keys: device, engine, "
+        "group_size, max_new_tokens, tasks_per_round, temperature, top_p",
+    ),
+    "unknown section": (
+        "[rollout]\ngroup_size = 4",
+        "rollout = { group_size = 4 }: unknown key (did you mean rollouts?); known keys: advantages, env, eval, "
+        "initial_policy, name, rollouts, rounds, rubric, seed, train",
+    ),
+    "section not a table": (
+        "eval = 5",
+        "eval = 5: must be a table with keys num_tasks",
+    ),
+    "params not a table": ('[env]\nparams = "big"', 'env.params = "big": must be a table of parameters'),
+    "environment rejects params": (
+        "[env]\nparams = { size = 1 }",
+        'env.params = { size = 1 }: rejected by environment "maze": maze size must be at least 2, got 1',
+    ),
+    "unknown environment param": (
+        "[env]\nparams = { sise = 4 }",
+        'env.params = { sise = 4 }: unknown parameter sise of environment "maze"; known: invalid_penalty, '
+        "max_steps, progress_reward, show_last_action, size, view",
+    ),
+    "environment param type": (
+        '[env]\nparams = { size = "5" }',
+        'env.params.size = "5": must be an integer, like the default 5',
+    ),
+    "default params of another environment": (
+        '[env]\nname = "arithmetic"',
+        'env.params = { size = 5, max_steps = 16, invalid_penalty = 0.1, progress_reward = 0.1, view = "relative" }: '
+        'unknown parameters size, max_steps, invalid_penalty, progress_reward, view of environment "arithmetic"; '
+        'known: max_operand (env.params defaults to parameters of "maze": set env.params for "arithmetic")',
+    ),
+    "unknown estimator param": (
+        "[advantages]\nparams = { gama = 0.9 }",
+        'advantages.params = { gama = 0.9 }: unknown parameter gama of estimator "gigpo"; known: conventions, '
+        "enable_similarity, gamma, mode, similarity_thresh, step_advantage_w",
+    ),
+    "estimator param type": (
+        "[advantages]\nparams = { gamma = true }",
+        "advantages.params.gamma = true: must be a finite number, like the default 0.95",
+    ),
+    "minibatches above the episodes": (
+        "[rollouts]\ntasks_per_round = 2\ngroup_size = 3\n[train]\nminibatches = 7",
+        "train.minibatches = 7: must be at most rollouts.tasks_per_round × rollouts.group_size = 6, "
+        "the episodes of a round (a minibatch needs at least one)",
+    ),
+    "missing initial policy": (
+        'initial_policy = "no/such/folder"',
+        'initial_policy = "no/such/folder": must be "builtin:tiny" or a HF checkpoint folder (no such folder)',
+    ),
+}
+
+
+@pytest.mark.parametrize("text, expected", BAD_CASES.values(), ids=BAD_CASES.keys())
+def test_each_bad_field_gives_exactly_one_line(tmp_path, text, expected):
+    assert problems_of(tmp_path, text) == [f"grpo.toml: {expected}"]
+
+
+def test_an_estimator_rejecting_its_params_is_one_line_naming_the_params(tmp_path):
+    (line,) = problems_of(tmp_path, '[advantages]\nparams = { mode = "typo" }')
+    assert line.startswith('grpo.toml: advantages.params = { mode = "typo" }: rejected by estimator "gigpo": ')
+    assert "typo" in line.split(": rejected by", 1)[1]
+
+
+def test_a_folder_without_config_json_is_not_a_policy(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (line,) = problems_of(tmp_path, f'initial_policy = "{tmp_path / "ckpt"}"')
+    assert line.endswith('must be "builtin:tiny" or a HF checkpoint folder (the folder has no config.json)')
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    assert load_config(tmp_path / "grpo.toml").initial_policy == str(tmp_path / "ckpt")
+
+
+def test_a_registered_config_reads_back_though_its_policy_folder_is_gone(tmp_path):
+    stored = {**ExperimentConfig().to_dict(), "initial_policy": str(tmp_path / "deleted")}
+    assert from_dict(stored).initial_policy == str(tmp_path / "deleted")
+
+
+def test_every_problem_is_reported_together(tmp_path):
+    text = """
+name = "Bad Name"
+rounds = 0
+[rollouts]
+group_size = 0
+temperature = "hot"
+engine = "jax"
+[train]
+learning_rate = -1
+[advantages]
+estimator = "ppo"
+[eval]
+num_tasks = 1e9
+bogus = 1
+"""
+    lines = problems_of(tmp_path, text)
+    fields_named = [line.split(" = ", 1)[0].removeprefix("grpo.toml: ") for line in lines]
+    assert fields_named == [
+        "name", "rounds", "rollouts.group_size", "rollouts.temperature", "rollouts.engine",
+        "advantages.estimator", "train.learning_rate", "eval.num_tasks", "eval.bogus",
+    ]  # fmt: skip
+    assert all(line.startswith("grpo.toml: ") and "\n" not in line for line in lines)
+
+
+def test_the_error_is_a_value_error_whose_text_is_its_lines(tmp_path):
+    (tmp_path / "x.toml").write_text("rounds = 0\nseed = -1\n")
+    with pytest.raises(ValueError) as caught:
+        load_config(tmp_path / "x.toml")
+    error = caught.value
+    assert isinstance(error, ConfigError) and str(error) == "\n".join(error.problems)
+    assert len(error.problems) == 2
+
+
+def test_a_toml_syntax_error_names_the_line_and_column(tmp_path):
+    lines = problems_of(tmp_path, 'name = "x"\n[rollouts]\ngroup_size = = 4\n')
+    assert lines == ["grpo.toml: line 3, column 14: invalid TOML (invalid value): group_size = = 4"]
+    lines = problems_of(tmp_path, 'name = "x')
+    assert lines == ['grpo.toml: line 1, column 10: invalid TOML (unterminated string): name = "x']
+
+
+def test_a_missing_file_is_one_line(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "nope.toml")
+    assert caught.value.problems == [f"{tmp_path / 'nope.toml'}: no such config file"]
+
+
+def test_an_override_s_problem_does_not_blame_the_file(tmp_path):
+    lines = problems_of(tmp_path, "rounds = 0", name="BAD")
+    assert lines == [
+        'name = "BAD": must be 1 to 64 characters of a-z, 0-9, \'_\' and \'-\', starting with a letter or digit',
+        "grpo.toml: rounds = 0: must be an integer in 1..10000",
+    ]
+
+
+def test_whole_floats_become_ints_and_ints_are_numbers(tmp_path):
+    (tmp_path / "ok.toml").write_text("[rollouts]\ngroup_size = 4.0\ntemperature = 1\n")
+    config = load_config(tmp_path / "ok.toml")
+    assert config.rollouts.group_size == 4 and type(config.rollouts.group_size) is int
+    assert config.rollouts.temperature == 1
+    assert from_dict({"rollouts": {"group_size": 1}}).rollouts.group_size == 1  # legal; advantages are then 0
+
+
+def test_a_config_that_exists_is_valid():
+    with pytest.raises(ConfigError, match=r"^rollouts.group_size = 0: must be an integer in 1..1024$"):
+        replace(ExperimentConfig(), rollouts=RolloutSettings(group_size=0))
+    with pytest.raises(ConfigError, match=r"^\(config\) = \[1, 2\]: must be a table of fields$"):
+        from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def _leaf_fields(cls, prefix=""):
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if is_dataclass(hints[f.name]):
+            yield from _leaf_fields(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", hints[f.name], f
+
+
+def test_every_field_declares_its_rule_next_to_it():
+    defaults = ExperimentConfig().to_dict()
+    for path, hint, declared in _leaf_fields(ExperimentConfig):
+        if hint in (int, float):
+            assert "range" in declared.metadata, path
+            interval(declared.metadata["range"])
+        elif hint is str and path not in RELATIONS:
+            assert {"choices", "pattern"} & declared.metadata.keys(), path
+        value = defaults
+        for name in path.split("."):
+            value = value[name]
+        assert check_value(hint, declared.metadata, value)[1] is None, path
+
+
+# --- property: a mutated config is either rejected with a ConfigError or valid ------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+OUT_OF_RANGE = st.sampled_from([0, -1, -(2**31), 2**31, 10**9, 1e8, 0.5, -0.0, 1.0001, float("inf"), ""])
+
+
+def _paths(data: dict, prefix: str = ""):
+    for key, value in data.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _paths(value, f"{prefix}{key}.")
+
+
+PATHS = sorted(_paths(DEFAULT_SNAPSHOT))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(PATHS), value=JSON_VALUES | OUT_OF_RANGE)
+def test_one_mutated_field_is_a_config_error_or_a_valid_config(path, value):
+    data = copy.deepcopy(DEFAULT_SNAPSHOT)
+    *outer, last = path.split(".")
+    target = data
+    for name in outer:
+        target = target[name]
+    target[last] = value
+    try:
+        config = from_dict(data)
+    except ConfigError as error:
+        assert error.problems and all(line and "\n" not in line for line in error.problems)
+        assert any(line.startswith(path.split(".")[0]) for line in error.problems)
+    else:
+        assert from_dict(config.to_dict()) == config
