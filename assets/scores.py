@@ -34,7 +34,7 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
         frame = rubric.score(episodes, steps)
         record = persist_table(context, lineage, frame, table="scores", experiment=experiment, round_=round_,
                                meta=meta, parents=parents)  # fmt: skip
-    record_rubrics(lineage.store(), [rubric])  # its version stays a re-score partition after the code moves on
+    record_rubrics(lineage.store(), [rubric])  # the version stays a re-score partition
     episode_reward = frame.drop_duplicates("episode_id")["episode_reward"]
     metrics = {
         "episode_reward_mean": float(episode_reward.mean()),

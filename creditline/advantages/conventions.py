@@ -49,7 +49,9 @@ class Conventions:
     eps_sigma: float = 1e-6
     """ε added to σ (verl: 1e-6)."""
     eps_var: float = 0.0
-    """ε added to the variance inside the sqrt (verl masked_whiten: 1e-8)."""
+    """ε added to the variance inside the sqrt (verl masked_whiten: 1e-8). The token whitening of
+    reinforce_pp_baseline (verl masked_whiten) also adds it to its token count N, as verl's
+    masked_mean divides by Σmask + 1e-8."""
     episode_singleton: Singleton = "zero"
     """A group with one episode-level sample: "raw" (μ=0, σ=1, A = r/(1+eps_sigma)) or "zero"."""
     step_singleton: Singleton = "zero"

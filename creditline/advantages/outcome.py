@@ -7,7 +7,8 @@ its group (group_id):
 * Dr.GRPO (Liu et al. 2025, arXiv 2503.20783):        A_i = r_i − μ_g       (``norm_by_std=False``)
 * RLOO (Ahmadian et al. 2024, arXiv 2402.14740):       A_i = r_i − mean_{j≠i} r_j = n/(n−1)·(r_i − μ_g)
 * REINFORCE++-baseline (Hu 2025, arXiv 2501.03262):    a_i = r_i − μ_g, then batch whitening over
-  tokens: A = (a − m)/sqrt(v + 1e-8), m, v = token-weighted mean and (Bessel-corrected) variance.
+  tokens: A = (a − m)/sqrt(v + 1e-8), m, v = token-weighted mean and (Bessel-corrected) variance
+  (verl ``masked_whiten``, including ``masked_mean``'s Σmask + 1e-8; see the function).
   Each row counts ``completion_length`` tokens; without that column, one token per row.
 
 μ_g, σ_g are taken over one sample per trajectory (``episode_stats="trajectory"``) or over all
@@ -86,14 +87,14 @@ def rloo(table: StepTable, conv: Conventions) -> np.ndarray:
     return to_rows(table, a, per_episode)
 
 
-@register(
-    "reinforce_pp_baseline", references={"verl": VERL_WHITEN, "verl-agent": VERL_AGENT_WHITEN}
-)
+@register("reinforce_pp_baseline", references={"verl": VERL_WHITEN, "verl-agent": VERL_AGENT_WHITEN})
 def reinforce_pp_baseline(table: StepTable, conv: Conventions) -> np.ndarray:
     """REINFORCE++-baseline: a = r − μ_g, then token-weighted batch whitening. (S,)
 
-    Whitening uses ``ddof_episode`` as the Bessel correction on the token count N
-    (verl masked_var: v = mean_tok((a − m)²)·N/(N−1)) and σ = sqrt(v + eps_var) + eps_sigma.
+    verl ``masked_whiten`` with N tokens: m = Σ_tok a / (N + eps_var) (``masked_mean`` divides by
+    Σmask + 1e-8), v = Σ_tok (a − m)² / (N + eps_var) · N / (N − ddof_episode) (``masked_var``
+    with Bessel), A = (a − m) / (sqrt(v + eps_var) + eps_sigma). With the creditline eps_var = 0
+    these are the plain token mean and variance.
     """
     centred = episode_advantage(table, conv, scale=False)  # (S,)
     tokens = (
@@ -104,8 +105,9 @@ def reinforce_pp_baseline(table: StepTable, conv: Conventions) -> np.ndarray:
     n_tok = float(tokens.sum())
     if n_tok == 0.0:
         return np.zeros(table.n_rows)
-    mean = float(np.dot(tokens, centred)) / n_tok
+    count = n_tok + conv.eps_var
+    mean = float(np.dot(tokens, centred)) / count
     dev = centred - mean
-    var = float(np.dot(tokens, dev * dev)) / max(n_tok - conv.ddof_episode, 1.0)
+    var = float(np.dot(tokens, dev * dev)) / count * (n_tok / max(n_tok - conv.ddof_episode, 1.0))
     sigma = np.sqrt(var + conv.eps_var) + conv.eps_sigma
     return safe_divide(dev, np.float64(sigma))

@@ -59,7 +59,9 @@ def register(
         )
     for preset, conv in refs.items():
         if not (isinstance(conv, Conventions) or callable(conv)):
-            raise TypeError(f"{name!r}: references[{preset!r}] must be Conventions or a callable, got {conv!r}")
+            raise TypeError(
+                f"{name!r}: references[{preset!r}] must be Conventions or a callable, got {conv!r}"
+            )
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
         if name in _REGISTRY:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from creditline.faults import failpoint
 from creditline.store.connection import RetryPolicy, run_transaction
 from creditline.store.errors import ExperimentConfigMismatch
 from creditline.store.files import canonical_json, config_hash, hash_path
@@ -212,6 +213,7 @@ class LineageStore:
                  stored.created_at, stored.dagster_run_id, canonical_json(edges)],
             )  # fmt: skip
             _rebuild_edges(con, sorted({stored.content_hash} | ({old[0]} if old else set())))
+            failpoint(f"lineage:{stored.kind}")  # killed here: the transaction never commits
 
         self._run(work)
         return stored

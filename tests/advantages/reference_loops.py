@@ -105,8 +105,10 @@ def reinforce_pp_baseline_loop(df, conv):
     lengths = list(df.completion_length) if "completion_length" in df else [1] * len(df)
     tokens = [centred[i] for i in range(len(df)) for _ in range(lengths[i])]  # flattened masked tokens
     n_tok = len(tokens)
-    mean = sum(tokens) / (n_tok + 1e-8)  # verl masked_mean
-    var = sum((t - mean) ** 2 for t in tokens) / (n_tok + 1e-8)
+    if n_tok == 0:
+        return np.zeros(len(df))
+    mean = sum(tokens) / (n_tok + conv.eps_var)  # verl masked_mean: Σmask + 1e-8
+    var = sum((t - mean) ** 2 for t in tokens) / (n_tok + conv.eps_var)
     if conv.ddof_episode == 1:
         var = var * n_tok / (n_tok - 1)  # Bessel on the token count
     sigma = math.sqrt(var + conv.eps_var) + conv.eps_sigma

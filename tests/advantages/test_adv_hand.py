@@ -81,18 +81,25 @@ def test_reinforce_pp_baseline_reference_one_step(preset):
     # batch mean m = (2/3 − 2/3 + 1)/4 = 1/4; deviations [5/12, −7/12, −7/12, 3/4]
     # Σdev² = 25/144 + 2·49/144 + 81/144 = 204/144; var_unb = (204/144)/3 = 0.47222
     # A = dev / sqrt(var + 1e-8) = [0.60634, −0.84887, −0.84887, 1.09141]
-    dev = np.array([5 / 12, -7 / 12, -7 / 12, 3 / 4])
-    close(compute("reinforce_pp_baseline", OUTCOME, conventions=preset), dev / sqrt(204 / 144 / 3 + 1e-8))
+    # exactly, verl's masked_mean divides by N + 1e-8: m = 1/(4 + 1e-8), var = Σdev²/(4 + 1e-8)·4/3
+    a = np.array([2 / 3, -1 / 3, -1 / 3, 1.0])
+    m = 1 / (4 + 1e-8)
+    var = ((a - m) ** 2).sum() / (4 + 1e-8) * 4 / 3
+    assert var == pytest.approx(204 / 144 / 3, rel=1e-7)
+    close(compute("reinforce_pp_baseline", OUTCOME, conventions=preset), (a - m) / sqrt(var + 1e-8))
 
 
 @pytest.mark.parametrize("preset", ["verl", "verl-agent"])
 def test_reinforce_pp_baseline_token_weighted(preset):
     # completion lengths [2, 1, 1, 4] tokens; a = [2/3, −1/3, −1/3, 1]
-    # token mean m = (2·2/3 − 1/3 − 1/3 + 4·1)/8 = (14/3)/8 = 7/12
+    # token mean m = (2·2/3 − 1/3 − 1/3 + 4·1)/8 = (14/3)/8 = 7/12  (exactly: (14/3)/(8 + 1e-8))
     # Σ tok·dev² = 2(1/12)² + 2(11/12)² + 4(5/12)² = (2 + 242 + 100)/144 = 344/144; var = (344/144)/7
     df = OUTCOME.assign(completion_length=[2, 1, 1, 4])
-    a = np.array([2 / 3, -1 / 3, -1 / 3, 1.0])
-    close(compute("reinforce_pp_baseline", df, conventions=preset), (a - 7 / 12) / sqrt(344 / 144 / 7 + 1e-8))
+    a, tok = np.array([2 / 3, -1 / 3, -1 / 3, 1.0]), np.array([2, 1, 1, 4])
+    m = (14 / 3) / (8 + 1e-8)
+    var = (tok * (a - m) ** 2).sum() / (8 + 1e-8) * 8 / 7
+    assert var == pytest.approx(344 / 144 / 7, rel=1e-7)
+    close(compute("reinforce_pp_baseline", df, conventions=preset), (a - m) / sqrt(var + 1e-8))
 
 
 def test_reinforce_pp_baseline_creditline():

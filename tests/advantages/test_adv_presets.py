@@ -54,7 +54,7 @@ MULTI = pd.DataFrame(
 )
 ONE_STEP = MULTI[MULTI.step_idx == 0].reset_index(drop=True)  # a0, b0, c0, d0: one step per episode
 STEPS = [3, 1, 2, 2]  # rows of episodes a, b, c, d
-TOKENS = [4, 3, 3, 4]  # completion tokens of episodes a, b, c, d (= one verl response each)
+TOKENS = np.array([4, 3, 3, 4])  # completion tokens of episodes a, b, c, d (= one verl response each)
 
 
 def rows(a, b, c, d):
@@ -91,7 +91,9 @@ def test_grpo_verl_agent_cross_steps():
 def test_grpo_creditline():
     # one value per episode, σ_pop = sqrt(2/9); singleton -> 0
     sd = sqrt(2 / 9)
-    close(compute("grpo", MULTI), rows((2 / 3) / (sd + EPS), (-1 / 3) / (sd + EPS), (-1 / 3) / (sd + EPS), 0.0))
+    close(
+        compute("grpo", MULTI), rows((2 / 3) / (sd + EPS), (-1 / 3) / (sd + EPS), (-1 / 3) / (sd + EPS), 0.0)
+    )
 
 
 # --- RLOO --------------------------------------------------------------------------------------
@@ -111,26 +113,33 @@ def test_rloo_creditline():
     close(compute("rloo", MULTI), rows(1.0, -0.5, -0.5, 0.0))
 
 
-# --- REINFORCE++-baseline ----------------------------------------------------------------------
+# --- REINFORCE++-baseline ---------------------------------------------------------------------
 # verl whitens over response tokens: episode a is one response of 2+1+1 = 4 completion tokens, etc.
-# masked_whiten: m = token mean, v = token var · N/(N−1), A = (x − m)·rsqrt(v + 1e-8). N = 14.
-# (verl's masked_mean divides by N + 1e-8 instead of N: relative gap ~1e-9, hence rtol=1e-7.)
+# masked_whiten over N = 14 tokens: m = Σ x / (N + 1e-8) (masked_mean), v = Σ (x − m)² / (N + 1e-8)
+# · N/(N − 1) (masked_var, unbiased), A = (x − m)·rsqrt(v + 1e-8). Below: a per episode, x = a
+# repeated over its tokens; the fractions in the comments drop the 1e-8s.
+def masked_whiten(a, tokens, n=14):
+    m = np.dot(tokens, a) / (n + 1e-8)
+    v = np.dot(tokens, (a - m) ** 2) / (n + 1e-8) * n / (n - 1)
+    return (a - m) / np.sqrt(v + 1e-8)
+
+
 def test_reinforce_pp_baseline_verl():
     # a = r − μ_g per episode: [2/3, −1/3, −1/3, 1 (singleton μ=0)]
     # m = (4·2/3 − 3/3 − 3/3 + 4·1)/14 = (14/3)/14 = 1/3; dev = [1/3, −2/3, −2/3, 2/3]
     # Σ tok·dev² = (4·1 + 3·4 + 3·4 + 4·4)/9 = 44/9; v = (44/9)/13 = 44/117
-    dev = np.array([1 / 3, -2 / 3, -2 / 3, 2 / 3])
-    close(compute("reinforce_pp_baseline", MULTI, conventions="verl"), rows(*dev / sqrt(44 / 117 + 1e-8)), 1e-7)
+    expected = masked_whiten(np.array([2 / 3, -1 / 3, -1 / 3, 1.0]), TOKENS)
+    close(expected, np.array([1 / 3, -2 / 3, -2 / 3, 2 / 3]) / sqrt(44 / 117), rtol=1e-7)  # the fractions
+    close(compute("reinforce_pp_baseline", MULTI, conventions="verl"), rows(*expected))
 
 
 def test_reinforce_pp_baseline_verl_agent():
     # a = r − μ_g over step rows: g μ = 1/2 -> a rows 1/2, b/c rows −1/2; h μ = 1 -> 0
     # m = (4·1/2 − 3/2 − 3/2 + 0)/14 = −1/14; dev = [4/7, −3/7, −3/7, 1/14]
     # Σ tok·dev² = 4·16/49 + 6·9/49 + 4/196 = 119/49; v = (119/49)/13 = 17/91
-    dev = np.array([4 / 7, -3 / 7, -3 / 7, 1 / 14])
-    close(
-        compute("reinforce_pp_baseline", MULTI, conventions="verl-agent"), rows(*dev / sqrt(17 / 91 + 1e-8)), 1e-7
-    )
+    expected = masked_whiten(np.array([0.5, -0.5, -0.5, 0.0]), TOKENS)
+    close(expected, np.array([4 / 7, -3 / 7, -3 / 7, 1 / 14]) / sqrt(17 / 91), rtol=1e-7)
+    close(compute("reinforce_pp_baseline", MULTI, conventions="verl-agent"), rows(*expected))
 
 
 def test_reinforce_pp_baseline_creditline():
@@ -185,7 +194,10 @@ def test_hgpo_verl_agent():
         0.0,
         0.0,
     ]
-    close(compute("hgpo", MULTI, gamma=0.5, history_length=1, base_group=True, conventions="verl-agent"), expected)
+    close(
+        compute("hgpo", MULTI, gamma=0.5, history_length=1, base_group=True, conventions="verl-agent"),
+        expected,
+    )
 
 
 def test_hgpo_creditline():
@@ -232,7 +244,16 @@ def test_turn_group_igpo_fork():
     oa, ob = (2 / 3) / s0, (-1 / 3) / s0
     close(
         compute("turn_group", MULTI),
-        [(na0 + na1) / sqrt(3) + oa, na1 / sqrt(2) + oa, oa, nb0 + ob, (nc0 + nc1) / sqrt(2) + ob, nc1 + ob, 0, 0],
+        [
+            (na0 + na1) / sqrt(3) + oa,
+            na1 / sqrt(2) + oa,
+            oa,
+            nb0 + ob,
+            (nc0 + nc1) / sqrt(2) + ob,
+            nc1 + ob,
+            0,
+            0,
+        ],
     )
 
 
@@ -306,24 +327,33 @@ def test_verl_agent_only_estimators_reject_verl(name):
 @pytest.mark.parametrize("preset", ["verl", "verl-agent"])
 def test_turn_group_has_no_verl_presets(preset):
     with pytest.raises(
-        ValueError, match=rf"estimator 'turn_group' has no '{preset}' reference; valid: creditline, igpo-fork, matchtir"
+        ValueError,
+        match=rf"estimator 'turn_group' has no '{preset}' reference; valid: creditline, igpo-fork, matchtir",
     ):
         compute("turn_group", MULTI, conventions=preset)
 
 
 def test_turn_group_preset_must_match_its_variant():
-    with pytest.raises(ValueError, match=r"conventions 'matchtir' reproduce turn_group variant='matchtir'.*'igpo-fork'"):
+    with pytest.raises(
+        ValueError, match=r"conventions 'matchtir' reproduce turn_group variant='matchtir'.*'igpo-fork'"
+    ):
         compute("turn_group", MULTI, conventions="matchtir")
-    with pytest.raises(ValueError, match=r"conventions 'igpo-fork' reproduce turn_group variant='a2tgpo'.*'matchtir'"):
+    with pytest.raises(
+        ValueError, match=r"conventions 'igpo-fork' reproduce turn_group variant='a2tgpo'.*'matchtir'"
+    ):
         compute("turn_group", MULTI, variant="matchtir", conventions="igpo-fork")
     with pytest.raises(ValueError, match="unknown variant 'igpo'"):
         compute("turn_group", MULTI, variant="igpo", conventions="igpo-fork")
 
 
 def test_other_estimators_reject_turn_group_presets_and_unknown_names():
-    with pytest.raises(ValueError, match=r"estimator 'grpo' has no 'matchtir' reference; valid: creditline, verl, verl-agent"):
+    with pytest.raises(
+        ValueError, match=r"estimator 'grpo' has no 'matchtir' reference; valid: creditline, verl, verl-agent"
+    ):
         compute("grpo", MULTI, conventions="matchtir")
-    with pytest.raises(ValueError, match=r"unknown conventions 'trl' for estimator 'rloo'; valid: creditline, verl"):
+    with pytest.raises(
+        ValueError, match=r"unknown conventions 'trl' for estimator 'rloo'; valid: creditline, verl"
+    ):
         compute("rloo", MULTI, conventions="trl")
 
 

@@ -51,8 +51,8 @@ def one_of(names) -> str:
     return "must be one of " + ", ".join(f'"{n}"' for n in sorted(names))
 
 
-def problems_of(tmp_path: Path, text: str, name: str = "grpo.toml", **overrides) -> list[str]:
-    path = tmp_path / name
+def problems_of(tmp_path: Path, text: str, **overrides) -> list[str]:
+    path = tmp_path / "grpo.toml"
     path.write_text(text)
     with pytest.raises(ConfigError) as caught:
         load_config(path, **overrides)
@@ -68,26 +68,46 @@ def test_the_default_config_is_unchanged_and_valid():
 
 def test_the_test_experiment_file_loads():
     config = load_config(ROOT / "tests" / "tiny_experiment.toml", name="tiny")
-    assert (config.name, config.rounds, config.rollouts.group_size, config.train.minibatches) == ("tiny", 2, 4, 2)
+    assert (config.name, config.rounds, config.rollouts.group_size, config.train.minibatches) == (
+        "tiny",
+        2,
+        4,
+        2,
+    )
 
 
 BAD_CASES = {
     "group_size 0": ("[rollouts]\ngroup_size = 0", "rollouts.group_size = 0: must be an integer in 1..1024"),
-    "group_size bool": ("[rollouts]\ngroup_size = true", "rollouts.group_size = true: must be an integer in 1..1024"),
-    "group_size fraction": ("[rollouts]\ngroup_size = 2.5", "rollouts.group_size = 2.5: must be an integer in 1..1024"),
-    "group_size string": ('[rollouts]\ngroup_size = "8"', 'rollouts.group_size = "8": must be an integer in 1..1024'),
+    "group_size bool": (
+        "[rollouts]\ngroup_size = true",
+        "rollouts.group_size = true: must be an integer in 1..1024",
+    ),
+    "group_size fraction": (
+        "[rollouts]\ngroup_size = 2.5",
+        "rollouts.group_size = 2.5: must be an integer in 1..1024",
+    ),
+    "group_size string": (
+        '[rollouts]\ngroup_size = "8"',
+        'rollouts.group_size = "8": must be an integer in 1..1024',
+    ),
     "string learning rate": (
         '[train]\nlearning_rate = "fast"',
         'train.learning_rate = "fast": must be a number in (0, 1]',
     ),
-    "zero learning rate": ("[train]\nlearning_rate = 0", "train.learning_rate = 0: must be a number in (0, 1]"),
+    "zero learning rate": (
+        "[train]\nlearning_rate = 0",
+        "train.learning_rate = 0: must be a number in (0, 1]",
+    ),
     "negative rounds": ("rounds = -3", "rounds = -3: must be an integer in 1..10000"),
     "seed too big": ("seed = 2147483648", "seed = 2147483648: must be an integer in 0..2147483647"),
     "huge max_new_tokens": (
         "[rollouts]\nmax_new_tokens = 1e8",
         "rollouts.max_new_tokens = 100000000.0: must be an integer in 1..32768",
     ),
-    "zero temperature": ("[rollouts]\ntemperature = 0", "rollouts.temperature = 0: must be a number in (0, 10]"),
+    "zero temperature": (
+        "[rollouts]\ntemperature = 0",
+        "rollouts.temperature = 0: must be a number in (0, 10]",
+    ),
     "nan top_p": ("[rollouts]\ntop_p = nan", "rollouts.top_p = nan: must be a number in (0, 1]"),
     "engine": ('[rollouts]\nengine = "jax"', 'rollouts.engine = "jax": must be one of "torch", "vllm"'),
     "device": (
@@ -99,7 +119,7 @@ BAD_CASES = {
     "eval tasks": ("[eval]\nnum_tasks = 0", "eval.num_tasks = 0: must be an integer in 1..100000"),
     "experiment name": (
         'name = "Maze GRPO"',
-        'name = "Maze GRPO": must be 1 to 64 characters of a-z, 0-9, \'_\' and \'-\', starting with a letter or digit',
+        "name = \"Maze GRPO\": must be 1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit",
     ),
     "environment": ('[env]\nname = "grid"', f'env.name = "grid": {one_of(ENVIRONMENTS)}'),
     "rubric": ('rubric = "envv"', f'rubric = "envv": {one_of(RUBRICS)}'),
@@ -166,7 +186,9 @@ def test_each_bad_field_gives_exactly_one_line(tmp_path, text, expected):
 
 def test_an_estimator_rejecting_its_params_is_one_line_naming_the_params(tmp_path):
     (line,) = problems_of(tmp_path, '[advantages]\nparams = { mode = "typo" }')
-    assert line.startswith('grpo.toml: advantages.params = { mode = "typo" }: rejected by estimator "gigpo": ')
+    assert line.startswith(
+        'grpo.toml: advantages.params = { mode = "typo" }: rejected by estimator "gigpo": '
+    )
     assert "typo" in line.split(": rejected by", 1)[1]
 
 
@@ -233,7 +255,7 @@ def test_a_missing_file_is_one_line(tmp_path):
 def test_an_override_s_problem_does_not_blame_the_file(tmp_path):
     lines = problems_of(tmp_path, "rounds = 0", name="BAD")
     assert lines == [
-        'name = "BAD": must be 1 to 64 characters of a-z, 0-9, \'_\' and \'-\', starting with a letter or digit',
+        "name = \"BAD\": must be 1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit",
         "grpo.toml: rounds = 0: must be an integer in 1..10000",
     ]
 

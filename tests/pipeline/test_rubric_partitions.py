@@ -37,7 +37,9 @@ def test_a_version_no_longer_in_code_and_the_code_versions_all_become_partitions
     assert added == sorted([GONE, *CODE])
     assert rubric_keys(instance) == {GONE, *CODE}
     instance.add_dynamic_partitions("rounds", [round_key("exp", 1)])
-    keys = {k.keys_by_dimension["rubric"] for k in RESCORE.get_partition_keys(dynamic_partitions_store=instance)}
+    keys = {
+        k.keys_by_dimension["rubric"] for k in RESCORE.get_partition_keys(dynamic_partitions_store=instance)
+    }
     assert keys == {GONE, *CODE}
 
 
@@ -85,7 +87,9 @@ def test_re_scoring_a_version_no_longer_in_code_fails_with_that_line(tmp_path, s
     while error is not None:
         messages.append(error.message)
         error = error.cause
-    assert any(m.startswith(f"ValueError: rubric version {GONE} was scored before") for m in messages), messages
+    assert any(m.startswith(f"ValueError: rubric version {GONE} was scored before") for m in messages), (
+        messages
+    )
 
 
 def test_scores_and_rescored_scores_record_the_version_they_scored_with(tmp_path, store, instance):

@@ -1,12 +1,19 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 import pytest
 
-from creditline.store import ArtifactRecord, LineageStore, atomic_directory, hash_directory, write_parquet_atomic
+from creditline.store import (
+    ArtifactRecord,
+    LineageStore,
+    atomic_directory,
+    hash_directory,
+    write_parquet_atomic,
+)
 
 
 @pytest.fixture
@@ -14,11 +21,16 @@ def store(tmp_path: Path) -> LineageStore:
     return LineageStore(tmp_path / "catalog" / "lineage.duckdb")
 
 
-def sql(store: LineageStore, statement: str, params: list | None = None) -> list:
-    """Run raw SQL on the catalog behind the store's back (to simulate edits by hand)."""
+def _sql(store: LineageStore, statement: str, params: list | None = None) -> list:
     with duckdb.connect(store.path) as con:
         cursor = con.execute(statement, params or [])
         return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture
+def sql() -> Callable[..., list]:
+    """``sql(store, statement, params)``: raw SQL on the catalog behind the store's back (edits by hand)."""
+    return _sql
 
 
 def _table(store: LineageStore, root: Path, round_: int, kind: str, parents: list[tuple[str, str]]):

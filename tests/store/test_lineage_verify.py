@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import sql
 
 from creditline.store import ArtifactRecord, LineageStore, Problem
 
 Recorded = dict[tuple[int, str], ArtifactRecord]
+Sql = Callable[..., list]
 
 
 def _kinds(problems: list[Problem]) -> list[str]:
@@ -36,7 +37,9 @@ def test_a_consistent_catalog_verifies_clean(store: LineageStore, recorded: Reco
     assert store.verify("exp") == []
 
 
-def test_a_deleted_edge_is_edge_missing_naming_the_artifact(store: LineageStore, recorded: Recorded) -> None:
+def test_a_deleted_edge_is_edge_missing_naming_the_artifact(
+    sql: Sql, store: LineageStore, recorded: Recorded
+) -> None:
     scores, episodes = recorded[1, "scores"], recorded[1, "episodes"]
     sql(store, "DELETE FROM lineage WHERE child_hash = ? AND parent_hash = ?",
         [scores.content_hash, episodes.content_hash])  # fmt: skip
@@ -50,7 +53,7 @@ def test_a_deleted_edge_is_edge_missing_naming_the_artifact(store: LineageStore,
     assert scores.content_hash[:12] in problem.detail and episodes.content_hash[:12] in problem.detail
 
 
-def test_an_inserted_edge_is_edge_extra(store: LineageStore, recorded: Recorded) -> None:
+def test_an_inserted_edge_is_edge_extra(sql: Sql, store: LineageStore, recorded: Recorded) -> None:
     checkpoint, episodes = recorded[2, "checkpoint"], recorded[2, "episodes"]
     sql(store, "INSERT INTO lineage VALUES (?, ?, 'trained_on')",
         [checkpoint.content_hash, episodes.content_hash])  # fmt: skip
@@ -64,7 +67,7 @@ def test_an_inserted_edge_is_edge_extra(store: LineageStore, recorded: Recorded)
 
 
 def test_an_edge_with_an_edited_relation_is_both_missing_and_extra(
-    store: LineageStore, recorded: Recorded
+    sql: Sql, store: LineageStore, recorded: Recorded
 ) -> None:
     steps = recorded[1, "steps"]
     sql(store, "UPDATE lineage SET relation = 'copied_from' WHERE child_hash = ?", [steps.content_hash])
@@ -73,7 +76,9 @@ def test_an_edge_with_an_edited_relation_is_both_missing_and_extra(
     assert {p.path for p in problems} == {steps.path}
 
 
-def test_an_edited_hash_leaves_orphan_and_missing_edges(store: LineageStore, recorded: Recorded) -> None:
+def test_an_edited_hash_leaves_orphan_and_missing_edges(
+    sql: Sql, store: LineageStore, recorded: Recorded
+) -> None:
     scores, old = recorded[1, "scores"], recorded[1, "scores"].content_hash
     sql(store, "UPDATE artifacts SET content_hash = ? WHERE content_hash = ?", ["f" * 64, old])
     problems = store.verify("exp")
@@ -94,7 +99,9 @@ def test_an_edited_hash_leaves_orphan_and_missing_edges(store: LineageStore, rec
     assert by_kind["dangling"][0].path == recorded[1, "advantages"].path
 
 
-def test_a_deleted_row_and_a_detached_edge_are_orphan_edges(store: LineageStore, recorded: Recorded) -> None:
+def test_a_deleted_row_and_a_detached_edge_are_orphan_edges(
+    sql: Sql, store: LineageStore, recorded: Recorded
+) -> None:
     training = recorded[2, "training"]
     sql(store, "DELETE FROM artifacts WHERE content_hash = ?", [training.content_hash])
     sql(store, "INSERT INTO lineage VALUES ('nobody', 'nothing', 'made_from')")
@@ -138,7 +145,7 @@ _CATALOG_BEFORE_PARENTS_JSON = """
 """
 
 
-def test_an_older_catalog_gets_declared_parents_from_its_edges_once(tmp_path: Path) -> None:
+def test_an_older_catalog_gets_declared_parents_from_its_edges_once(sql: Sql, tmp_path: Path) -> None:
     path = tmp_path / "old.duckdb"
     store = LineageStore(path)
     sql(store, _CATALOG_BEFORE_PARENTS_JSON)

@@ -1,0 +1,161 @@
+"""The fault matrix: SIGKILL `creditline run` at every stage boundary and mid-write, then run it again.
+
+Each case runs two tiny rounds with `CREDITLINE_FAULT=<failpoint>:<n>` (creditline/faults.py), so the
+process kills itself (SIGKILL: no cleanup, no `finally`) at that point of round 1 or 2. Then a plain
+`creditline run` on the same data root must, without any help:
+- finish every round (commit points for rounds 1 and 2, evaluations for rounds 0, 1, 2),
+- produce exactly the checkpoints of an uninterrupted run (same content hashes: nothing skipped,
+  nothing trained twice),
+- leave `creditline verify` clean (files, edges both ways, round commits, MLflow runs) and no temp file,
+- record the killed attempt as a FAILED Dagster run, and leave no MLflow run RUNNING.
+The cases run two at a time (one process each per core); the matrix is printed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+
+from creditline.store.orphans import find_orphans
+
+pytestmark = pytest.mark.slow
+TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
+EXPERIMENT = "faults"
+
+# (case, failpoint spec). Round 1 writes the initial policy folder and evaluates it too, so the n-th hit
+# of some failpoints falls in round 1 or 2 as the comment says. tiny_experiment.toml: 2 updates a round.
+CASES = [
+    ("rollouts: mid-write of episodes (round 1)", "write:episodes.parquet:1"),
+    ("boundary rollouts → scores (round 2)", "after:steps:2"),
+    ("scores: mid-write (round 2)", "write:scores.parquet:2"),
+    ("scores: inside the lineage transaction (round 1)", "lineage:scores:1"),
+    ("advantages: mid-write (round 1)", "write:advantages.parquet:1"),
+    ("boundary advantages → training (round 2)", "after:advantages:2"),
+    ("training: after an update (round 2)", "train:update:3"),
+    ("checkpoint: folder complete, not renamed (round 1)", "write:policy:2"),
+    ("checkpoint: inside the lineage transaction (round 2)", "lineage:checkpoint:2"),
+    ("evaluation: mid-write (round 1, the initial policy's)", "write:evaluation.parquet:1"),
+    ("MLflow logging of training (round 1)", "mlflow:checkpoint:1"),
+    ("MLflow logging of evaluation (round 2)", "mlflow:evaluation:2"),
+    ("commit point: runs closed, commit not written (round 1)", "commit:round:1"),
+]
+
+
+@dataclass
+class Outcome:
+    killed_rc: int = 0
+    rerun_rc: int = 0
+    rerun_stdout: str = ""
+    rerun_stderr: str = ""
+    verify_rc: int = 0
+    verify_out: str = ""
+    temp_after_kill: int = 0
+    temp_after_rerun: list[str] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
+    evaluated: list[int] = field(default_factory=list)
+    checkpoints: dict[int, str] = field(default_factory=dict)
+    failed_runs: int = 0
+    running_mlflow: int = 0
+
+
+def _creditline(data_root: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "CREDITLINE_FAULT"}
+    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1"}
+    if fault:
+        env["CREDITLINE_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+
+
+def _temp_files(data_root: Path) -> list[str]:
+    return sorted(str(p.relative_to(data_root)) for p in data_root.rglob("*") if ".tmp-" in p.name or ".old-" in p.name)
+
+
+def _state(data_root: Path, outcome: Outcome) -> Outcome:
+    with duckdb.connect(str(data_root / "lineage.duckdb"), read_only=True) as con:
+        outcome.committed = [r[0] for r in con.execute(
+            "SELECT round FROM round_commits WHERE experiment = ? ORDER BY round", [EXPERIMENT]).fetchall()]  # fmt: skip
+        outcome.evaluated = [r[0] for r in con.execute(
+            "SELECT round FROM evaluations WHERE experiment = ? ORDER BY round", [EXPERIMENT]).fetchall()]  # fmt: skip
+        outcome.checkpoints = dict(con.execute(
+            "SELECT round, content_hash FROM artifacts WHERE experiment = ? AND kind = 'checkpoint' AND variant = ''",
+            [EXPERIMENT]).fetchall())  # fmt: skip
+    instance = dg.DagsterInstance.from_config(str(data_root / "dagster_home"))
+    outcome.failed_runs = len(instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])))
+    instance.dispose()
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{data_root / 'mlflow.db'}")
+    experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    outcome.running_mlflow = len(client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'"))
+    return outcome
+
+
+def _play(data_root: Path, fault: str | None) -> Outcome:
+    outcome = Outcome()
+    run = ("run", "--experiment", EXPERIMENT, "--config", str(TINY))
+    if fault:
+        killed = _creditline(data_root, *run, fault=fault)
+        outcome.killed_rc = killed.returncode
+        outcome.temp_after_kill = len(_temp_files(data_root))
+    rerun = _creditline(data_root, *run)
+    outcome.rerun_rc, outcome.rerun_stdout, outcome.rerun_stderr = rerun.returncode, rerun.stdout, rerun.stderr
+    verify = _creditline(data_root, "verify", "--experiment", EXPERIMENT)
+    outcome.verify_rc, outcome.verify_out = verify.returncode, verify.stdout + verify.stderr
+    outcome.temp_after_rerun = _temp_files(data_root) + [str(o.path) for o in find_orphans(data_root)]
+    return _state(data_root, outcome)
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory, kill_matrix_rows) -> tuple[Outcome, dict[str, Outcome]]:
+    """Every case and an uninterrupted reference run, two at a time."""
+    jobs = [("reference", None), *CASES]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(_play, tmp_path_factory.mktemp("kill"), fault) for name, fault in jobs}
+        outcomes = {name: future.result() for name, future in futures.items()}
+    reference = outcomes.pop("reference")
+    for (name, fault), outcome in zip(CASES, outcomes.values(), strict=True):
+        ok = _problems(reference, outcome)
+        kill_matrix_rows.append((name, fault, outcome.killed_rc, outcome.temp_after_kill,
+                                 "; ".join(ok) if ok else "recovered"))  # fmt: skip
+    return reference, outcomes
+
+
+def _problems(reference: Outcome, outcome: Outcome) -> list[str]:
+    """What a case got wrong, in words (empty: it recovered completely)."""
+    checks = [
+        (outcome.killed_rc == -9, f"first run exited {outcome.killed_rc}, not by SIGKILL"),
+        (outcome.rerun_rc == 0, f"re-run exited {outcome.rerun_rc}: {outcome.rerun_stderr[-300:]}"),
+        (outcome.verify_rc == 0, f"verify: {outcome.verify_out[-300:]}"),
+        (not outcome.temp_after_rerun, f"temp files left: {outcome.temp_after_rerun}"),
+        (outcome.committed == [1, 2], f"committed rounds {outcome.committed}"),
+        (outcome.evaluated == [0, 1, 2], f"evaluated rounds {outcome.evaluated}"),
+        (outcome.checkpoints == reference.checkpoints, "checkpoints differ from the uninterrupted run"),
+        (outcome.failed_runs == 1, f"{outcome.failed_runs} failed Dagster runs, expected the killed one"),
+        (outcome.running_mlflow == 0, f"{outcome.running_mlflow} MLflow runs left RUNNING"),
+    ]
+    return [message for ok, message in checks if not ok]
+
+
+def test_the_uninterrupted_reference_run_is_clean(matrix):
+    reference, _ = matrix
+    assert reference.rerun_rc == 0, reference.rerun_stderr[-2000:]
+    assert reference.verify_rc == 0, reference.verify_out
+    assert reference.committed == [1, 2] and reference.evaluated == [0, 1, 2]
+    assert sorted(reference.checkpoints) == [1, 2] and reference.running_mlflow == 0
+
+
+@pytest.mark.parametrize("case", [name for name, _ in CASES])
+def test_a_killed_run_is_completed_by_a_plain_rerun(matrix, case):
+    reference, outcomes = matrix
+    outcome = outcomes[case]
+    assert _problems(reference, outcome) == []
+    assert "cleaned up dagster run" in outcome.rerun_stdout  # the dead run was reclaimed, and said so

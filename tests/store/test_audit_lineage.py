@@ -1,0 +1,103 @@
+"""The lineage audit lists every node of a checkpoint's chain, recorded or not, and says what disagrees."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from creditline.audit import NO_RECORD, NOT_IN_CHAIN, UNRECORDED, AuditEntry, lineage_report
+from creditline.store import ArtifactRecord, LineageStore
+
+Recorded = dict[tuple[int, str], ArtifactRecord]
+Sql = Callable[..., list]
+
+
+def _by_hash(entries: list[AuditEntry]) -> dict[str, AuditEntry]:
+    return {e.content_hash: e for e in entries}
+
+
+def test_a_consistent_chain_matches_back_to_the_initial_policy(
+    store: LineageStore, recorded: Recorded
+) -> None:
+    report = lineage_report(store, "exp")
+    assert report is not None and report.round == 2 and report.all_match and report.mismatches == []
+    listed = {(e.round, e.kind, e.on_disk) for e in report.entries}
+    chain = {
+        (r, k, "ok") for r in (1, 2) for k in ("checkpoint", "advantages", "scores", "steps", "episodes")
+    }
+    assert listed == chain | {(0, "checkpoint", "ok")}  # training is a child of the checkpoint, not a parent
+    assert report.entries[0].relation == "audited" and report.entries[0].round == 2
+    assert "all files match" in report.as_text()
+
+
+def test_an_edited_hash_is_listed_as_unrecorded_and_its_row_as_not_in_chain(
+    sql: Sql, store: LineageStore, recorded: Recorded
+) -> None:
+    scores = recorded[1, "scores"]
+    edited = "e" * 64
+    sql(store, "UPDATE artifacts SET content_hash = ? WHERE content_hash = ?", [edited, scores.content_hash])
+    report = lineage_report(store, "exp")
+    assert report is not None and not report.all_match
+    entries = _by_hash(report.entries)
+    unrecorded = entries[scores.content_hash]
+    assert (unrecorded.kind, unrecorded.on_disk, unrecorded.relation, unrecorded.round, unrecorded.path) == (
+        UNRECORDED,
+        NO_RECORD,
+        "computed_from",
+        1,
+        "",
+    )
+    assert unrecorded.detail == {"reached_from": recorded[1, "advantages"].content_hash[:12]}
+    beside = entries[edited]
+    assert (beside.kind, beside.round, beside.relation, beside.on_disk) == (
+        "scores",
+        1,
+        NOT_IN_CHAIN,
+        "changed",
+    )
+    # the walk goes on through the unrecorded node: round 1's episodes are still listed and fine
+    assert entries[recorded[1, "episodes"].content_hash].on_disk == "ok"
+    assert len(report.mismatches) == 2
+    text = report.as_text()
+    assert "LINEAGE DOES NOT MATCH (2)" in text
+    assert f"round 1 unrecorded {scores.content_hash[:12]}: in the chain (computed_from" in text
+    assert f"round 1 scores {edited[:12]}: recorded, but the chain points at another scores" in text
+    assert "file is changed" in text
+    as_dict = report.as_dict()
+    assert as_dict["all_match"] is False and len(as_dict["mismatches"]) == 2
+
+
+def test_a_deleted_row_is_listed_as_unrecorded(sql: Sql, store: LineageStore, recorded: Recorded) -> None:
+    checkpoint = recorded[1, "checkpoint"]
+    sql(store, "DELETE FROM artifacts WHERE content_hash = ?", [checkpoint.content_hash])
+    report = lineage_report(store, "exp")
+    assert report is not None and not report.all_match
+    unrecorded = _by_hash(report.entries)[checkpoint.content_hash]
+    assert (unrecorded.kind, unrecorded.on_disk, unrecorded.round) == (UNRECORDED, NO_RECORD, 2)
+    assert unrecorded.relation in {"initialized_from", "generated_from"}
+    assert [e for e in report.entries if e.relation == NOT_IN_CHAIN] == []
+    assert {(e.round, e.kind) for e in report.entries} >= {(1, "advantages"), (0, "checkpoint")}
+
+
+def test_an_edited_audited_checkpoint_shows_its_round_beside_it(
+    sql: Sql, store: LineageStore, recorded: Recorded
+) -> None:
+    sql(
+        store,
+        "UPDATE artifacts SET content_hash = 'x' WHERE content_hash = ?",
+        [recorded[2, "checkpoint"].content_hash],
+    )
+    report = lineage_report(store, "exp")
+    assert report is not None and not report.all_match
+    assert (report.entries[0].kind, report.entries[0].on_disk) == ("checkpoint", "changed")
+    beside = {e.kind for e in report.entries if e.relation == NOT_IN_CHAIN}
+    assert beside == {"advantages", "scores", "steps", "episodes"}
+
+
+def test_a_changed_file_is_changed(store: LineageStore, recorded: Recorded) -> None:
+    Path(recorded[1, "steps"].path).write_bytes(b"tampered")
+    report = lineage_report(store, "exp")
+    assert report is not None and not report.all_match
+    (bad,) = [e for e in report.entries if not e.matches]
+    assert (bad.kind, bad.on_disk, bad.round) == ("steps", "changed", 1)
+    assert report.mismatches == [f"round 1 steps {bad.content_hash[:12]}: file changed ({bad.path})"]
