@@ -37,16 +37,28 @@ class ProcessId:
 
 
 def start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat, or None when there is no such process (0 without /proc)."""
+    """Field 22 of /proc/<pid>/stat; None when no such process runs (a zombie has stopped running).
+
+    Without /proc (not Linux) only existence can be checked: 0 for a process that exists.
+    """
+    if not os.path.isdir("/proc"):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return 0
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode(errors="replace")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
-    except OSError:
-        return 0
     # the command name (field 2) is in parentheses and may contain spaces: split after the last ")"
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # zombie or dead: exited, waiting to be reaped by its parent
+        return None
+    return int(fields[19])
 
 
 @cache
@@ -65,6 +77,4 @@ def is_alive(process: ProcessId) -> bool | None:
     ticks = start_ticks(process.pid)
     if ticks is None:
         return False
-    if not os.path.exists("/proc"):  # no /proc: the pid exists, which is all we can tell
-        return True
-    return ticks == process.start_ticks or process.start_ticks == 0
+    return ticks == process.start_ticks or 0 in (ticks, process.start_ticks)

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-ProblemKind = Literal["missing", "changed", "dangling", "edge_missing", "edge_extra", "orphan_edge", "orphan"]
+ProblemKind = Literal[
+    "missing", "changed", "dangling", "edge_missing", "edge_extra", "orphan_edge", "orphan",
+    "incomplete", "uncommitted", "tracking",
+]  # fmt: skip
 """What ``LineageStore.verify`` found (see ``Problem.kind``)."""
 
 

@@ -43,7 +43,7 @@ def test_sensor_starts_advances_and_stops_each_experiment_on_its_own(tmp_path):
     for name in ("alpha", "beta"):
         lineage.store().register_experiment(name, from_dict({**TINY, "name": name}).to_dict())
     with dg.instance_for_test() as instance:
-        requests, _ = next_rounds(instance, lineage)
+        requests, _, _ = next_rounds(instance, lineage)
         assert sorted(r.partition_key for r in requests) == ["alpha.r001", "beta.r001"]
         assert {r.run_key for r in requests} == {r.partition_key for r in requests}  # idempotent run keys
 
@@ -53,16 +53,56 @@ def test_sensor_starts_advances_and_stops_each_experiment_on_its_own(tmp_path):
         job = make_definitions(str(tmp_path)).resolve_job_def(ROUND_JOB)
         instance.add_dynamic_partitions("rounds", ["alpha.r001", "beta.r001"])
         assert job.execute_in_process(instance=instance, partition_key="alpha.r001").success
-        requests, waiting = next_rounds(instance, lineage)
-        # alpha finished round 1 → round 2; beta's round 1 was added but never ran → it waits
-        assert [r.partition_key for r in requests] == ["alpha.r002"]
-        assert any("beta: round 1 has not finished" in w for w in waiting)
+        requests, waiting, _ = next_rounds(instance, lineage)
+        # alpha committed round 1 → round 2; beta's round 1 was added but never ran → requested again
+        assert sorted(r.partition_key for r in requests) == ["alpha.r002", "beta.r001"]
 
         instance.add_dynamic_partitions("rounds", ["alpha.r002"])
         assert job.execute_in_process(instance=instance, partition_key="alpha.r002").success
-        requests, waiting = next_rounds(instance, lineage)
-        assert requests == [] and any("alpha: all 2 rounds done" in w for w in waiting)
+        requests, waiting, _ = next_rounds(instance, lineage)
+        assert [r.partition_key for r in requests] == ["beta.r001"]
+        assert any("alpha: all 2 rounds done" in w for w in waiting)
         assert {e.round for e in lineage.store().evaluations("beta")} == set()  # beta untouched by alpha
+
+
+def test_sensor_waits_for_a_failed_round_but_retries_a_killed_one(tmp_path):
+    """A round that failed on its own waits for a person; one whose process died is requested again."""
+    from creditline.liveness import ProcessId
+    from pipelines.reaper import PROCESS_TAG
+
+    lineage = LineageResource(data_root=str(tmp_path))
+    lineage.store().register_experiment("gamma", from_dict({**TINY, "name": "gamma"}).to_dict())
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("rounds", ["gamma.r001"])
+        job = make_definitions(str(tmp_path)).resolve_job_def(ROUND_JOB)
+        dead = str(ProcessId("no-such-host-but-here", 999999, 1))
+        run = instance.create_run_for_job(job, tags={"dagster/partition": "gamma.r001",
+                                                    "creditline/experiment": "gamma"})  # fmt: skip
+        instance.handle_new_event(_engine_event(run.run_id))  # a STARTED run, as a killed worker leaves it
+        instance.report_run_failed(run)  # the plain failure: waits
+        requests, waiting, _ = next_rounds(instance, lineage)
+        assert requests == [] and any("round 1 failed" in w for w in waiting)
+
+        from creditline.liveness import hostname
+
+        dead = str(ProcessId(hostname(), 999999, 1))  # a pid that does not exist on this host
+        killed = instance.create_run_for_job(job, tags={"dagster/partition": "gamma.r001", PROCESS_TAG: dead,
+                                                       "creditline/experiment": "gamma"})  # fmt: skip
+        instance.handle_new_event(_engine_event(killed.run_id))
+        requests, waiting, cleaned = next_rounds(instance, lineage)
+        assert any("cleaned up dagster run" in line for line in cleaned)
+        assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert [(r.partition_key, r.run_key) for r in requests] == [("gamma.r001", "gamma.r001/attempt-3")]
+
+
+def _engine_event(run_id: str):
+    """The RUN_START event that moves a run to STARTED."""
+    from dagster._core.events import DagsterEvent, DagsterEventType
+    from dagster._core.events.log import EventLogEntry
+
+    event = DagsterEvent(DagsterEventType.RUN_START.value, job_name="round")
+    return EventLogEntry(error_info=None, level="INFO", user_message="", run_id=run_id, timestamp=0.0,
+                         dagster_event=event)  # fmt: skip
 
 
 def test_sensor_waits_outside_its_window(tmp_path, monkeypatch):

@@ -1,0 +1,79 @@
+"""One writer per experiment: a live holder refuses a second, a dead holder is taken over."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from creditline.liveness import ProcessId, hostname, is_alive, this_process
+from creditline.store import LineageStore
+from creditline.store.leases import LeaseHeldError, acquire_lease, hold_lease, lease_holder, release_lease
+
+HOLD = """
+import sys, time
+from creditline.store import LineageStore
+from creditline.store.leases import acquire_lease
+acquire_lease(LineageStore(sys.argv[1]), "exp")
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_this_process_is_alive_and_a_vanished_or_reused_pid_is_not():
+    me = this_process()
+    assert is_alive(me) is True
+    assert is_alive(ProcessId(hostname(), me.pid, me.start_ticks + 1)) is False  # same pid, other start
+    assert is_alive(ProcessId(hostname(), 2**22 + 7, 1)) is False
+    assert is_alive(ProcessId("another-host", me.pid, me.start_ticks)) is None
+    assert ProcessId.parse(str(me)) == me
+
+
+def test_a_zombie_is_not_alive():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    while not os.path.exists(f"/proc/{child.pid}") or open(f"/proc/{child.pid}/stat").read().split(")")[1].split()[0] != "Z":
+        time.sleep(0.05)  # exited, not yet waited for: a zombie
+    assert is_alive(ProcessId(hostname(), child.pid, 0)) is False
+    child.wait()
+
+
+def test_a_live_holder_refuses_and_a_killed_holder_is_taken_over(tmp_path):
+    path = tmp_path / "lineage.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        store = LineageStore(path)
+        with pytest.raises(LeaseHeldError, match=f"pid {holder.pid} on {hostname()}"):
+            acquire_lease(store, "exp")
+        assert f"pid {holder.pid}" in lease_holder(store, "exp")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        lease = acquire_lease(store, "exp")
+        assert lease.replaced is not None and f"pid {holder.pid}" in lease.replaced
+        assert lease_holder(store, "exp") is not None  # ours now
+        release_lease(store, lease)
+        assert lease_holder(store, "exp") is None
+    finally:
+        holder.kill()
+
+
+def test_hold_lease_heartbeats_and_releases(tmp_path):
+    store = LineageStore(tmp_path / "lineage.duckdb")
+    with hold_lease(store, "exp", heartbeat_s=0.05) as lease:
+        first = store._fetchone("SELECT heartbeat_at FROM leases WHERE experiment = 'exp'")[0]
+        time.sleep(0.3)
+        assert store._fetchone("SELECT heartbeat_at FROM leases WHERE experiment = 'exp'")[0] > first
+        assert lease.replaced is None
+        again = acquire_lease(store, "exp")  # the same process may re-enter its own lease
+        assert again.replaced is None
+    assert lease_holder(store, "exp") is None
+
+
+def test_a_stale_heartbeat_from_another_host_is_taken_over(tmp_path):
+    store = LineageStore(tmp_path / "lineage.duckdb")
+    store._execute("INSERT INTO leases VALUES ('exp', 'elsewhere:1:1', now() - INTERVAL 2 MINUTE, "
+                   "now() - INTERVAL 2 MINUTE)", [])  # fmt: skip
+    lease = acquire_lease(store, "exp", ttl_s=60)
+    assert "elsewhere" in lease.replaced
