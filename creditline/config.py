@@ -24,10 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from creditline.advantages import available
-from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, sections
+from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
 from creditline.envs import ENVIRONMENTS, Environment, make_env
-from creditline.rubrics import RUBRICS
 from creditline.trainer import TrainConfig
 
 EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -71,7 +69,7 @@ class RolloutSettings:
 
 @dataclass(frozen=True)
 class AdvantageSettings:
-    estimator: str = field(default="gigpo", metadata={"choices": available})
+    estimator: str = field(default="gigpo", metadata={"choices": registered("creditline.advantages", "available")})
     """A registered estimator (`creditline.advantages.available()`)."""
     params: dict[str, Any] = field(
         default_factory=lambda: {"mode": "mean_std_norm", "gamma": 0.95, "step_advantage_w": 1.0}
@@ -95,7 +93,7 @@ class ExperimentConfig:
     initial_policy: str = BUILTIN_POLICY
     """"builtin:tiny" (a random tiny Llama from `seed`) or the path of a local HF checkpoint folder
     (one with a config.json; looked for when a config is loaded)."""
-    rubric: str = field(default="env", metadata={"choices": RUBRICS})
+    rubric: str = field(default="env", metadata={"choices": registered("creditline.rubrics", "RUBRICS")})
     """The registered rubric used for training (`creditline.rubrics.RUBRICS`)."""
     env: EnvSettings = field(default_factory=EnvSettings)
     rollouts: RolloutSettings = field(default_factory=RolloutSettings)

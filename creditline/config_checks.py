@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 import inspect
 import json
 import math
@@ -42,9 +43,22 @@ from typing import Any, get_origin, get_type_hints
 
 import pandas as pd
 
-from creditline.advantages import compute, params_hash
-from creditline.advantages.registry import resolve
 from creditline.envs import ENVIRONMENTS, make_env
+
+
+def registered(module: str, name: str) -> Callable[[], Any]:
+    """The registry `module.name`, looked up when a config is checked rather than imported here.
+
+    A check only needs the registry's names, not the rubrics' or estimators' code: importing them would
+    put that code into the import closure of every asset that reads a config (`assets/code_version.py`),
+    so editing a rubric would mark the rollouts stale.
+    """
+
+    def lookup() -> Any:
+        found = getattr(importlib.import_module(module), name)
+        return found() if callable(found) else found
+
+    return lookup
 
 BUILTIN_POLICY = "builtin:tiny"
 RELATIONS = ("initial_policy", "env.params", "advantages.params", "train.minibatches")
@@ -354,7 +368,8 @@ _PROBE_STEPS = {
 
 def estimator_problems(estimator: str, params: Mapping[Any, Any], note: str = "") -> list[Problem]:
     """`advantages.params`: names and types against the estimator's defaults, then resolved and tried once."""
-    defaults = {**resolve(estimator, {})[0].defaults, "conventions": None}  # conventions: resolve checks it
+    advantages = importlib.import_module("creditline.advantages")
+    defaults = {**advantages.registry.resolve(estimator, {})[0].defaults, "conventions": None}  # conventions: resolve checks it
     problems = parameter_problems("advantages.params", params, defaults, f'estimator "{estimator}"', note)
     if problems:
         return problems
@@ -374,11 +389,12 @@ def _estimator_failure(estimator: str, params_json: str) -> str | None:
 
 
 def _try_estimator(estimator: str, params: Mapping[str, Any]) -> None:
-    params_hash(estimator, params)
+    advantages = importlib.import_module("creditline.advantages")
+    advantages.params_hash(estimator, params)
     # Numeric warnings (an overflow from gamma = 1e300) are the estimator's to judge, not the config's.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        compute(estimator, pd.DataFrame(_PROBE_STEPS), **params)
+        advantages.compute(estimator, pd.DataFrame(_PROBE_STEPS), **params)
 
 
 def _failure(attempt: Callable[[], Any]) -> str | None:

@@ -238,6 +238,7 @@ def cmd_rescore(args) -> int:
 
     from assets.partitions import round_key
     from creditline.rubrics import RUBRICS, rubric_by_version
+    from creditline.store.rubric_versions import rubric_versions
     from pipelines import dagster_client
     from pipelines.definitions import RESCORE_JOB
     from pipelines.instance import get_instance
@@ -245,10 +246,14 @@ def cmd_rescore(args) -> int:
 
     store = _store(args.data_root)
     _known_experiment(store, args.experiment)
+    known = {r.version for r in rubric_versions(store)} | {r.version for r in RUBRICS.values()}
+    if args.rubric not in RUBRICS and args.rubric not in known:
+        raise UsageError(f"--rubric {args.rubric!r} is neither a registered rubric ({', '.join(sorted(RUBRICS))}) "
+                         "nor a recorded rubric version")  # fmt: skip
     try:
         version = (RUBRICS[args.rubric] if args.rubric in RUBRICS else rubric_by_version(args.rubric)).version
-    except (KeyError, ValueError) as exc:
-        raise UsageError(f"--rubric {args.rubric!r}: {exc}; registered rubrics: {', '.join(sorted(RUBRICS))}") from None
+    except ValueError as exc:  # a version scored once, whose rubric is no longer in code
+        raise UsageError(f"--rubric {args.rubric!r}: {exc}") from None
     rounds = _parse_rounds(args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")}))
     instance = get_instance(args.data_root)
     sync_rubric_partitions(instance, store)
@@ -401,7 +406,10 @@ def cmd_advantages(args) -> int:
     elif "episode_reward" not in steps.columns and {"episode_id", "step_reward"} <= set(steps.columns):
         steps["episode_reward"] = steps.groupby("episode_id")["step_reward"].transform("sum")
         print("episode_reward = sum of step_reward per episode (no episode_reward column, no --scores)")
-    steps["advantage"] = compute(args.estimator, steps, **params)
+    try:
+        steps["advantage"] = compute(args.estimator, steps, **params)
+    except ValueError as exc:  # an unknown estimator or parameter, a table breaking the input contract
+        raise UsageError(f"--steps {args.steps}: {exc}") from None
     written = write_parquet_atomic(steps, args.out)
     print(f"wrote {written.rows} rows to {written.path} (sha256 {written.content_hash[:12]})")
     return 0

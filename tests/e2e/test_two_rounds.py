@@ -66,25 +66,38 @@ def test_round_two_is_generated_by_round_one_and_round_one_by_the_initial_policy
     assert len({initial.content_hash, first.content_hash, second.content_hash}) == 3
 
 
-def test_mlflow_has_one_run_per_round_with_metrics_tags_and_plot(finished):
+def test_mlflow_has_a_parent_run_with_curves_and_one_closed_child_run_per_round(finished):
     data_root, _ = finished
     import mlflow
 
+    from creditline.store.rounds import tracking_runs
+
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{data_root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(EXPERIMENT)
-    runs = client.search_runs([experiment.experiment_id])
-    assert sorted(r.data.tags["creditline.round"] for r in runs) == ["1", "2"]
+    runs = {r.data.tags["creditline.round"]: r for r in client.search_runs([experiment.experiment_id])}
+    assert sorted(runs) == ["1", "2", "experiment"]
+    parent = runs.pop("experiment")
     store = LineageStore(data_root / "lineage.duckdb")
-    for run in runs:
-        round_ = int(run.data.tags["creditline.round"])
+    assert tracking_runs(store, EXPERIMENT) == {0: parent.info.run_id, 1: runs["1"].info.run_id,
+                                                2: runs["2"].info.run_id}  # fmt: skip
+    curve = client.get_metric_history(parent.info.run_id, "evaluation/success_rate")
+    evaluations = {e.round: e.success_rate for e in store.evaluations(EXPERIMENT)}
+    assert sorted((m.step, m.value) for m in curve) == [(1, evaluations[1]), (2, evaluations[2])]
+    assert all(m.timestamp > 1_700_000_000_000 for m in curve)  # real wall-clock times, not 1970
+    assert parent.info.status == "FINISHED" and parent.info.end_time is not None
+    for round_, run in runs.items():
+        assert run.info.status == "FINISHED" and run.info.end_time is not None
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert "evaluation/success_rate" in run.data.metrics
-        assert run.data.params["advantages.estimator"] == "gigpo"
+        assert run.data.params == {} and parent.data.params["advantages.estimator"] == "gigpo"
         assert (
             run.data.tags["data_version.evaluation"]
-            == store.artifact(EXPERIMENT, round_, "evaluation").content_hash
+            == store.artifact(EXPERIMENT, int(round_), "evaluation").content_hash
         )
         assert "success_by_round.png" in [a.path for a in client.list_artifacts(run.info.run_id)]
-        assert {r.mlflow_run_id for r in store.runs(EXPERIMENT, round_)} == {run.info.run_id}
+        assert {r.mlflow_run_id for r in store.runs(EXPERIMENT, int(round_))} == {run.info.run_id}
+        losses = client.get_metric_history(run.info.run_id, "checkpoint.update/loss")
+        assert [m.step for m in losses] == [0, 1]  # one point per optimiser update (1 epoch × 2 minibatches)
 
 
 def test_dagster_instance_shows_both_rounds_materialized(finished):
@@ -163,7 +176,7 @@ def test_verify_names_a_corrupted_artifact_and_fails(finished, tmp_path):
         assert result.returncode == 1
         assert str(target) in result.stdout and "changed" in result.stdout
         lineage = creditline(data_root, "lineage", "--experiment", EXPERIMENT)
-        assert lineage.returncode == 1 and "SOME FILES DO NOT MATCH" in lineage.stdout
+        assert lineage.returncode == 1 and "LINEAGE DOES NOT MATCH" in lineage.stdout
     finally:
         target.write_bytes(original)
     assert creditline(data_root, "verify", "--experiment", EXPERIMENT).returncode == 0

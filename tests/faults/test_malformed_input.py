@@ -154,6 +154,20 @@ def _restore_sigterm():
     signal.signal(signal.SIGTERM, previous)
 
 
+class RoundStarted(RuntimeError):
+    """Raised instead of executing a round: a case whose input was accepted must not run for minutes."""
+
+
+@pytest.fixture(autouse=True)
+def _no_rounds(monkeypatch):
+    """`run` with an accepted config would execute real rounds; fail fast instead (it shows as exit 1)."""
+
+    def refuse(instance, data_root, job_name, partition_key, tags=None):
+        raise RoundStarted(f"the input was accepted: {job_name} {partition_key} was about to execute")
+
+    monkeypatch.setattr("pipelines.cli._execute", refuse)
+
+
 @pytest.fixture(scope="module")
 def template_root(tmp_path_factory) -> Path:
     """A data root holding one registered experiment, one recorded table and a Dagster instance."""
