@@ -41,6 +41,8 @@ def _store(data_root: str) -> LineageStore:
 
 
 def _known_experiment(store: LineageStore, name: str) -> None:
+    if not Path(store.path).exists():
+        raise UsageError(f"no lineage store at {store.path}: wrong --data-root (or ${DATA_ROOT_ENV})?")
     if store.experiment_config(name) is None:
         known = store.experiments()
         raise UsageError(f"--experiment {name!r} is not registered in {store.path}; "
@@ -114,6 +116,8 @@ def _failure_lines(result, debug: bool) -> list[str]:
     for event in result.all_events:
         if event.is_step_failure:
             error = event.event_specific_data.error
+            if error.cls_name == "DagsterAssetCheckFailedError":
+                continue  # the failed check itself is reported below, with its problem
             text = error.to_string() if debug else _root_message(error)
             lines.append(f"{event.step_key}: {text}")
         elif event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.passed:
@@ -384,7 +388,8 @@ def _read_input(path: str, flag: str):
 
 
 def cmd_advantages(args) -> int:
-    from creditline.advantages import compute
+    from creditline.advantages import AdvantageInputError, compute
+    from creditline.advantages.registry import resolve
     from creditline.store import write_parquet_atomic
 
     params = {}
@@ -393,7 +398,13 @@ def cmd_advantages(args) -> int:
         if not sep:
             raise UsageError(f"--param {item!r} is not key=value")
         params[key] = _parse_value(value)
+    try:
+        resolve(args.estimator, params)
+    except ValueError as exc:
+        raise UsageError(f"--estimator {args.estimator} --param: {exc}") from None
     steps = _read_input(args.steps, "--steps")
+    if steps.empty:
+        raise UsageError(f"--steps {args.steps}: the table has no rows")
     if args.scores:  # a rubric's rewards replace the environment's
         scores = _read_input(args.scores, "--scores")
         wanted = ["episode_id", "step_idx", "step_reward", "episode_reward"]
@@ -408,7 +419,7 @@ def cmd_advantages(args) -> int:
         print("episode_reward = sum of step_reward per episode (no episode_reward column, no --scores)")
     try:
         steps["advantage"] = compute(args.estimator, steps, **params)
-    except ValueError as exc:  # an unknown estimator or parameter, a table breaking the input contract
+    except AdvantageInputError as exc:  # the table breaks the input contract: the message names column and row
         raise UsageError(f"--steps {args.steps}: {exc}") from None
     written = write_parquet_atomic(steps, args.out)
     print(f"wrote {written.rows} rows to {written.path} (sha256 {written.content_hash[:12]})")

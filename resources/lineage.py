@@ -32,8 +32,10 @@ PROCESS_TAG = "creditline/process"
 
 @functools.lru_cache(maxsize=16)
 def _store_at(path: Path) -> LineageStore:
-    """One store object per catalog file and process: its schema is created once, not per call."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """One store object per catalog file and process: its schema is created once, not per call.
+
+    Nothing is created until the first query (so a read-only command on a mistyped root creates nothing).
+    """
     return LineageStore(path)
 
 

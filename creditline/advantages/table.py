@@ -118,13 +118,37 @@ def _numeric(col: Any) -> np.ndarray:
     return pd.Series(col).to_numpy()
 
 
+def _first_non_number(values: np.ndarray) -> int | None:
+    """Row of the first value that is not a number: text that is no number first, else numbers as text."""
+    as_text = None
+    for row, value in enumerate(values):  # only on the error path: an object or string column
+        if isinstance(value, str | bytes):
+            try:
+                float(value)
+            except ValueError:
+                return row
+            as_text = row if as_text is None else as_text
+        elif isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
+            return row
+    return as_text
+
+
+def _require_numbers(values: np.ndarray, name: str, what: str, ids: IdsFn | None) -> None:
+    """Refuse a column of text or objects, naming the first bad row (numbers stored as text included)."""
+    if values.dtype.kind in "iuf":
+        return
+    row = _first_non_number(values) if values.dtype.kind in "OUS" else 0
+    if row is None:  # an object column holding only numbers: fine
+        return
+    _fail(f"must be {what}, got {_show(values[row])} (column dtype {values.dtype})", name, row,
+          ids(row) if ids else None)  # fmt: skip
+
+
 def _as_int(values: np.ndarray, name: str, ids: IdsFn | None = None) -> np.ndarray:
     if np.issubdtype(values.dtype, np.integer):
         return values.astype(np.int64, copy=False)
-    try:
-        as_float = values.astype(np.float64)
-    except (TypeError, ValueError):
-        _fail(f"must be integers, got dtype {values.dtype}", name, None)
+    _require_numbers(values, name, "integers", ids)
+    as_float = values.astype(np.float64)
     bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
@@ -133,10 +157,8 @@ def _as_int(values: np.ndarray, name: str, ids: IdsFn | None = None) -> np.ndarr
 
 
 def _as_finite(values: np.ndarray, name: str, ids: IdsFn) -> np.ndarray:
-    try:
-        out = values.astype(np.float64, copy=False)
-    except (TypeError, ValueError):
-        _fail(f"must be numeric, got dtype {values.dtype}", name, None)
+    _require_numbers(values, name, "numbers", ids)
+    out = values.astype(np.float64, copy=False)
     bad = ~np.isfinite(out)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])

@@ -68,6 +68,11 @@ class MazeEnv:
             raise ValueError(f"maze size must be at least 2, got {size}")
         if size > 10:
             raise ValueError(f"maze size must be at most 10 (coordinates are single digit words), got {size}")
+        if max_steps < 1:
+            raise ValueError(f"maze max_steps must be at least 1, got {max_steps}")
+        if invalid_penalty < 0 or progress_reward < 0:
+            raise ValueError(f"maze invalid_penalty and progress_reward must be >= 0, got "
+                             f"{invalid_penalty} and {progress_reward}")  # fmt: skip
         self.size = size
         self.max_steps = max_steps
         self.invalid_penalty = invalid_penalty

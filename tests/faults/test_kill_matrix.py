@@ -80,6 +80,8 @@ def _temp_files(data_root: Path) -> list[str]:
 
 
 def _state(data_root: Path, outcome: Outcome) -> Outcome:
+    if not (data_root / "lineage.duckdb").exists():  # nothing was ever recorded: the problems say why
+        return outcome
     with duckdb.connect(str(data_root / "lineage.duckdb"), read_only=True) as con:
         outcome.committed = [r[0] for r in con.execute(
             "SELECT round FROM round_commits WHERE experiment = ? ORDER BY round", [EXPERIMENT]).fetchall()]  # fmt: skip

@@ -26,6 +26,7 @@ import json
 import math
 import shutil
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,10 +71,20 @@ class Row:
     clean: bool
     """Exit 2 with only `error:` lines and no traceback."""
     changed: bool
+    """Files or catalog rows under a data root (or the input's folder) differ afterwards."""
+    wrote: bool
+    """The --out file exists afterwards."""
 
 
 MATRIX: list[Row] = []
-HYPOTHESIS: dict[str, dict[str, int]] = {}
+HYPOTHESIS: dict[str, dict[int, list[float]]] = {}
+"""{hypothesis test: {exit code: [seconds of each call]}}."""
+HYPOTHESIS_REGISTER = "`register --config` with one mutated config field"
+HYPOTHESIS_CELL = "`advantages` on a steps table with one corrupted cell"
+
+
+def tally(test: str, code: int, seconds: float) -> None:
+    HYPOTHESIS.setdefault(test, {}).setdefault(code, []).append(seconds)
 
 
 def cli(capsys, *argv: str) -> Outcome:
@@ -124,11 +135,11 @@ def registered(root: Path) -> list[str]:
     return LineageStore(root / CATALOG).experiments() if (root / CATALOG).exists() else []
 
 
-def record(case: str, outcome: Outcome, changed: list[str], tmp_path: Path) -> None:
+def record(case: str, outcome: Outcome, changed: list[str], tmp_path: Path, wrote: bool = False) -> None:
     first = outcome.lines[0] if outcome.lines else "(no stderr)"
     first = first.replace(str(tmp_path.resolve()), "<tmp>").replace(str(tmp_path), "<tmp>")
     MATRIX.append(
-        Row(case, outcome.code, first, len(outcome.lines), is_clean_rejection(outcome), bool(changed))
+        Row(case, outcome.code, first, len(outcome.lines), is_clean_rejection(outcome), bool(changed), wrote)
     )
 
 
@@ -201,7 +212,12 @@ def root(tmp_path, template_root, monkeypatch) -> Path:
 # (case, TOML text, needles beyond the file's path, number of problems); {default} is the default name.
 CONFIG_CASES = [
     ("rollouts.group_size = 0", "[rollouts]\ngroup_size = 0\n", ["rollouts.group_size = 0", "1..1024"], 1),
-    ('train.learning_rate = "fast"', '[train]\nlearning_rate = "fast"\n', ['train.learning_rate = "fast"'], 1),
+    (
+        'train.learning_rate = "fast"',
+        '[train]\nlearning_rate = "fast"\n',
+        ['train.learning_rate = "fast"'],
+        1,
+    ),
     ("rounds = -3", "rounds = -3\n", ["rounds = -3", "1..10000"], 1),
     (
         'advantages.estimator = "nosuch"',
@@ -221,7 +237,7 @@ CONFIG_CASES = [
     ("rollouts.temperature = nan", "[rollouts]\ntemperature = nan\n", ["rollouts.temperature = nan"], 1),
     (
         "unknown estimator param",
-        "[advantages]\nparams = { mode = \"mean_std_norm\", gama = 0.9 }\n",
+        '[advantages]\nparams = { mode = "mean_std_norm", gama = 0.9 }\n',
         ["advantages.params", "gama"],
         1,
     ),
@@ -242,16 +258,23 @@ CONFIG_CASES = [
 ]
 
 
-def _run_both_roots(capsys, tmp_path: Path, root: Path, argv: list[str]) -> tuple[Outcome, list[str]]:
-    """ARGV on an empty data root (must stay without a catalog), then on the populated copy."""
+def reject_config(
+    capsys, tmp_path: Path, root: Path, case: str, argv: list[str], needles: list[str], n_lines=1
+):
+    """ARGV on an empty data root (which must stay without a catalog), then on the populated copy
+    (whose files and catalog rows must not change): both rejected alike, naming `needles`."""
     empty = tmp_path / "empty-root"
     on_empty = cli(capsys, "--data-root", str(empty), *argv)
-    assert not (empty / CATALOG).exists(), f"a catalog was created under the empty root\n{on_empty.err}"
     before = snapshot(root)
     outcome = cli(capsys, "--data-root", str(root), *argv)
     changed = changes(before, snapshot(root))
-    assert on_empty.code == outcome.code and on_empty.lines == outcome.lines
-    return outcome, changed
+    if (empty / CATALOG).exists():
+        changed.append(f"{empty.name}/{CATALOG} created, registered: {registered(empty)}")
+    record(case, outcome, changed, tmp_path)
+    assert_rejected(outcome, needles, n_lines)
+    assert changed == []
+    assert registered(root) == [STORED]
+    assert (on_empty.code, on_empty.lines) == (outcome.code, outcome.lines)
 
 
 @pytest.mark.parametrize(
@@ -262,37 +285,28 @@ def test_a_bad_config_is_rejected_before_anything_is_registered(
 ):
     config = tmp_path / "bad.toml"
     config.write_text(text)
-    outcome, changed = _run_both_roots(capsys, tmp_path, root, ["run", "--config", str(config)])
-    record(f"config: {case}", outcome, changed, tmp_path)
-    assert_rejected(outcome, [str(config), *needles], n_lines)
-    assert changed == []
-    assert registered(root) == [STORED]
+    argv = ["run", "--config", str(config)]
+    reject_config(capsys, tmp_path, root, f"config: {case}", argv, [str(config), *needles], n_lines)
 
 
 def test_a_missing_config_file_is_one_line(capsys, tmp_path, root):
     config = tmp_path / "absent.toml"
-    outcome, changed = _run_both_roots(capsys, tmp_path, root, ["run", "--config", str(config)])
-    record("config: missing file", outcome, changed, tmp_path)
-    assert_rejected(outcome, [str(config), "no such config file"])
-    assert changed == []
+    argv = ["run", "--config", str(config)]
+    reject_config(capsys, tmp_path, root, "config: missing file", argv, [str(config), "no such config file"])
 
 
 def test_a_config_that_is_not_utf8_is_one_line(capsys, tmp_path, root):
     config = tmp_path / "latin1.toml"
     config.write_bytes('name = "caf\xe9"\n'.encode("latin-1"))
-    outcome, changed = _run_both_roots(capsys, tmp_path, root, ["run", "--config", str(config)])
-    record("config: not UTF-8", outcome, changed, tmp_path)
-    assert_rejected(outcome, [str(config), "UTF-8"])
-    assert changed == []
+    reject_config(
+        capsys, tmp_path, root, "config: not UTF-8", ["run", "--config", str(config)], [str(config), "UTF-8"]
+    )
 
 
 def test_a_config_path_that_is_a_folder_is_one_line(capsys, tmp_path, root):
     folder = tmp_path / "conf.d"
     folder.mkdir()
-    outcome, changed = _run_both_roots(capsys, tmp_path, root, ["run", "--config", str(folder)])
-    record("config: a folder", outcome, changed, tmp_path)
-    assert_rejected(outcome, [str(folder)])
-    assert changed == []
+    reject_config(capsys, tmp_path, root, "config: a folder", ["run", "--config", str(folder)], [str(folder)])
 
 
 @pytest.mark.parametrize(
@@ -305,12 +319,10 @@ def test_a_config_path_that_is_a_folder_is_one_line(capsys, tmp_path, root):
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
-def test_a_bad_run_argument_is_rejected_before_anything_is_registered(capsys, tmp_path, root, case, argv, needles):
-    outcome, changed = _run_both_roots(capsys, tmp_path, root, argv)
-    record(case, outcome, changed, tmp_path)
-    assert_rejected(outcome, needles)
-    assert changed == []
-    assert registered(root) == [STORED]
+def test_a_bad_run_argument_is_rejected_before_anything_is_registered(
+    capsys, tmp_path, root, case, argv, needles
+):
+    reject_config(capsys, tmp_path, root, case, argv, needles)
 
 
 def test_debug_shows_the_traceback_instead(tmp_path, monkeypatch):
@@ -409,10 +421,11 @@ def test_a_mutated_config_field_registers_or_is_rejected_cleanly(
     assert tomllib.loads(file.read_text(encoding="utf-8"))[path[0]] is not None  # the writer's TOML parses
 
     before = snapshot(root)
+    start = time.perf_counter()
     outcome = cli(capsys, "--data-root", str(root), "register", "--config", str(file))
+    seconds = time.perf_counter() - start
     after = snapshot(root)
-    tally = HYPOTHESIS.setdefault("register with one mutated config field", {})
-    tally[f"exit {outcome.code}"] = tally.get(f"exit {outcome.code}", 0) + 1
+    tally(HYPOTHESIS_REGISTER, outcome.code, seconds)
     shown = f"{'.'.join(path)} = {value!r}: exit {outcome.code}\n{outcome.err}"
     assert outcome.code in (0, 2), shown
     assert "Traceback" not in outcome.err, shown
@@ -492,6 +505,12 @@ TABLE_CASES = [
         lambda p: _write_steps(p, _with(valid_steps(), 4, "step_reward", "oops")),
         [],
         ["'step_reward'", "row 4"],
+    ),
+    (
+        "step_reward stored as text ('0.0', '0.5', ...)",
+        lambda p: _write_steps(p, valid_steps().astype({"step_reward": str})),
+        [],
+        ["'step_reward'", "row 0", "'0.0'"],
     ),
     (
         "duplicate (episode_id, step_idx)",
@@ -587,8 +606,8 @@ def test_a_bad_steps_table_is_rejected_and_writes_nothing(capsys, tmp_path, root
     argv = ["advantages", *estimator, *extra, "--steps", str(steps), "--out", str(out)]
     before = snapshot(root, inputs)
     outcome = cli(capsys, "--data-root", str(root), *argv)
-    changed = changes(before, snapshot(root, inputs)) + ([str(out)] if out.exists() else [])
-    record(f"steps: {case}", outcome, changed, tmp_path)
+    changed = changes(before, snapshot(root, inputs))
+    record(f"steps: {case}", outcome, changed, tmp_path, wrote=out.exists())
     assert_rejected(outcome, [n.format(steps=steps) for n in needles])
     assert not out.exists()
     assert changed == []
@@ -629,10 +648,10 @@ def test_a_corrupted_cell_computes_or_is_rejected_cleanly(capsys, tmp_path_facto
     frame = _with(frame, row, column, value)
     work = tmp_path_factory.mktemp("cell")
     steps, out = _write_steps(work / "steps.parquet", frame), work / "out.parquet"
+    start = time.perf_counter()
     outcome = cli(capsys, "--data-root", str(root), "advantages", "--estimator", "grpo",
                   "--steps", str(steps), "--out", str(out))  # fmt: skip
-    tally = HYPOTHESIS.setdefault("advantages with one corrupted cell", {})
-    tally[f"exit {outcome.code}"] = tally.get(f"exit {outcome.code}", 0) + 1
+    tally(HYPOTHESIS_CELL, outcome.code, time.perf_counter() - start)
     shown = f"row {row} {column} = {value!r}: exit {outcome.code}\n{outcome.err}"
     assert outcome.code in (0, 2), shown
     assert "Traceback" not in outcome.err, shown
@@ -671,21 +690,28 @@ def test_an_unknown_experiment_is_named(capsys, tmp_path, root, case, argv):
 
 
 def test_print_matrix(capsys):
+    """Every case above with its outcome; `clean`: exit 2 with only `error:` lines."""
     width = max((len(r.case) for r in MATRIX), default=10)
-    lines = [f"{'case':<{width}}  exit  lines  clean  changed  first stderr line", "-" * (width + 90)]
+    header = f"{'case':<{width}}  exit  lines  clean  changed  --out  first stderr line"
+    lines = [header, "-" * (len(header) + 80)]
     for r in MATRIX:
         first = r.first if len(r.first) <= 140 else r.first[:137] + "..."
         lines.append(
             f"{r.case:<{width}}  {r.code:>4}  {r.lines:>5}  {'yes' if r.clean else 'NO':>5}  "
-            f"{'YES' if r.changed else 'no':>7}  {first}"
+            f"{'YES' if r.changed else 'no':>7}  {'YES' if r.wrote else 'no':>5}  {first}"
         )
     rejected = sum(r.clean for r in MATRIX)
     changed = sum(r.changed for r in MATRIX)
+    wrote = sum(r.wrote for r in MATRIX)
     lines.append(
         f"{len(MATRIX)} malformed inputs, {rejected} rejected with exit 2 and a one-line error, "
-        f"{changed} changed stored data"
+        f"{changed} changed stored data, {wrote} wrote their --out file"
     )
-    for name, tally in HYPOTHESIS.items():
-        lines.append(f"hypothesis, {name}: " + ", ".join(f"{k}: {v}" for k, v in sorted(tally.items())))
+    for name, by_code in HYPOTHESIS.items():
+        outcomes = ", ".join(
+            f"exit {code}: {len(times)} (mean {sum(times) / len(times):.2f} s, max {max(times):.2f} s)"
+            for code, times in sorted(by_code.items())
+        )
+        lines.append(f"hypothesis, {name}: {sum(map(len, by_code.values()))} examples; {outcomes}")
     with capsys.disabled():
         print("\n" + "\n".join(lines))

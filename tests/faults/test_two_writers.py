@@ -1,0 +1,37 @@
+"""Two writers: a second `creditline run` of the same experiment refuses while the first is alive."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from creditline.store import LineageStore
+from creditline.store.rounds import round_commits
+
+pytestmark = pytest.mark.slow
+TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
+
+
+def test_a_second_run_of_the_same_experiment_refuses_with_the_holder(tmp_path):
+    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "pipelines.cli", "run", "--experiment", "twice", "--config", str(TINY)]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().startswith("experiment twice: 2 rounds")  # it holds the lease now
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.startswith("error: experiment 'twice' is being run by another `creditline run` "
+                                        f"(pid {first.pid} on")  # fmt: skip
+        assert len(second.stderr.splitlines()) == 1
+        out, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err
+    finally:
+        first.kill()
+    assert sorted(round_commits(LineageStore(tmp_path / "lineage.duckdb"), "twice")) == [1, 2]
+    instance = dg.DagsterInstance.from_config(str(tmp_path / "dagster_home"))
+    runs = instance.get_runs()
+    assert sorted(r.tags["dagster/partition"] for r in runs) == ["twice.r001", "twice.r002"]  # each trained once
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
