@@ -61,6 +61,22 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def boot_time() -> float | None:
+    """When this host booted (epoch seconds, /proc/stat `btime`), or None without /proc."""
+    try:
+        with open("/proc/stat") as fh:
+            return next((float(line.split()[1]) for line in fh if line.startswith("btime ")), None)
+    except OSError:
+        return None
+
+
+def started_at(ticks: int, booted: float | None) -> float | None:
+    """Epoch seconds at which a process with `start_ticks` = ticks started (None if unknowable)."""
+    if booted is None or ticks == 0:
+        return None
+    return booted + ticks / os.sysconf("SC_CLK_TCK")
+
+
 @cache
 def hostname() -> str:
     return socket.gethostname()

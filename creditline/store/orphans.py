@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from creditline.liveness import boot_time, start_ticks, started_at
 from creditline.store.records import Problem
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<tag>tmp|old)-(?P<pid>\d+)-(?P<tid>\d+)-(?P<n>\d+)$")
-_PROC = Path("/proc")
 _START_MARGIN_S = 2.0
 """How much older than its pid's process an entry must be to call the pid reused: ``btime`` is whole
 seconds and the start time clock ticks, so the computed start can be up to about a second late."""
@@ -148,44 +148,19 @@ def _orphan(path: Path, boot_time: float | None) -> Orphan | None:
     )
 
 
-def _dead_writer(pid: int, changed_at: float, boot_time: float | None) -> str | None:
+def _dead_writer(pid: int, changed_at: float, booted: float | None) -> str | None:
     """Why the process ``pid`` cannot be the writer of an entry last changed at ``changed_at``, or None."""
-    if pid <= 0:
-        return f"no process has pid {pid}"
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return f"no process has pid {pid}"
-    except PermissionError:  # someone else's process: alive
-        pass
-    fields = _proc_stat(pid)
-    if fields is None or len(fields) < 20:  # no /proc (or not ours to read): alive, nothing more to know
-        return None
-    state, start_ticks = fields[0], int(fields[19])
-    if state in ("Z", "X"):
-        return f"pid {pid} is a zombie"
-    if boot_time is not None:
-        started_at = boot_time + start_ticks / os.sysconf("SC_CLK_TCK")
-        if changed_at < started_at - _START_MARGIN_S:
-            return f"pid {pid} was reused (its process started after the entry last changed)"
+    ticks = start_ticks(pid) if pid > 0 else None
+    if ticks is None:
+        return f"no process with pid {pid} is running"
+    started = started_at(ticks, booted)
+    if started is not None and changed_at < started - _START_MARGIN_S:
+        return f"pid {pid} was reused (its process started after the entry last changed)"
     return None
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields 3.. of ``/proc/<pid>/stat`` (state first; start time at index 19), or None if unreadable."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2 :].split()  # the command name (field 2) may hold spaces and ")"
-
-
 def _boot_time() -> float | None:
-    try:
-        lines = (_PROC / "stat").read_text().splitlines()
-    except OSError:
-        return None
-    return next((float(line.split()[1]) for line in lines if line.startswith("btime ")), None)
+    return boot_time()
 
 
 def _size(folder: Path) -> int:
