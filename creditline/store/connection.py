@@ -3,7 +3,8 @@
 DuckDB allows one writing process per database file: while a process holds the file open, another
 process's ``connect`` fails with ``IOException: Could not set lock on file ...``. Dagster runs each step
 in its own process, so the store never keeps a connection open: every read or write opens a connection,
-does one transaction, and closes it, which releases the lock within milliseconds. A caller that meets the
+does one transaction, and closes it, which releases the lock within milliseconds. Threads of one process
+take turns (a process-wide lock), since DuckDB refuses two threads attaching one file at once. A caller that meets the
 lock retries with exponential backoff (plus jitter, so two waiting writers do not retry in lockstep) for a
 bounded time, then raises ``StoreLockedError`` naming the file. Write-write conflicts between connections
 inside one process (``TransactionException``) are retried the same way: the whole transaction re-runs.
@@ -12,6 +13,7 @@ inside one process (``TransactionException``) are retried the same way: the whol
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +42,8 @@ def is_lock_error(error: BaseException) -> bool:
     """True for errors that mean "someone else holds the database right now": worth retrying."""
     if isinstance(error, duckdb.IOException):
         return "lock" in str(error).lower()
+    if isinstance(error, duckdb.Error) and "unique file handle conflict" in str(error).lower():
+        return True  # another thread of this process was attaching the same file at that instant
     return isinstance(error, duckdb.TransactionException) and "conflict" in str(error).lower()
 
 
@@ -67,8 +71,13 @@ def run_transaction(path: str, work: Callable[[duckdb.DuckDBPyConnection], T], p
             delay *= 2
 
 
+_THREADS = threading.RLock()
+"""Threads of one process take turns: two threads attaching one file at the same instant make DuckDB fail
+("Unique file handle conflict"), e.g. the experiment lease's heartbeat beside an asset's write."""
+
+
 def _attempt(path: str, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-    with duckdb.connect(path) as con:
+    with _THREADS, duckdb.connect(path) as con:
         con.begin()
         try:
             result = work(con)
