@@ -41,8 +41,11 @@ def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, trac
     parents = [(parent.content_hash, "initialized_from"), (advantages_record.content_hash, "trained_on"),
                (steps_record.content_hash, "trained_on")]  # fmt: skip
     record = recorded_output(lineage, experiment, round_, "checkpoint", parents)
-    training = record and recorded_output(lineage, experiment, round_, "training",
-                                          [(record.content_hash, "summarises")])  # fmt: skip
+    training = (
+        None
+        if record is None
+        else recorded_output(lineage, experiment, round_, "training", [(record.content_hash, "summarises")])
+    )
     if record is not None and training is not None:  # an earlier attempt got this far
         metrics = read_parquet(training.path).to_dict("records")
     else:
@@ -64,7 +67,9 @@ def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, trac
     )
 
 
-def _train(context, lineage, config, steps, advantages, parent, parents, round_) -> tuple[ArtifactRecord, list]:
+def _train(
+    context, lineage, config, steps, advantages, parent, parents, round_
+) -> tuple[ArtifactRecord, list]:
     """The update itself: load the parent, train on the round's rows, save and record the new folder."""
     rows = steps.merge(advantages[["episode_id", "step_idx", "completion_advantages"]],
                        on=["episode_id", "step_idx"], validate="one_to_one")  # fmt: skip

@@ -129,5 +129,7 @@ def log_round(
     if series and not any(key.startswith(f"{asset}.update/") for key in logged):
         tracker.log_series(run_id, series, prefix=f"{asset}.update")
     failpoint(f"mlflow:{asset}")
-    store.record_run(RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, params))
+    store.record_run(
+        RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, params)
+    )
     return run_id

@@ -35,7 +35,9 @@ def round_summary(context: dg.AssetExecutionContext, lineage: LineageResource, t
     store = lineage.store()
     records = {kind: store.artifact(experiment, round_, kind) for kind in ROUND_KINDS}
     if missing := sorted(kind for kind, record in records.items() if record is None):
-        raise ValueError(f"{experiment} round {round_}: {missing} not recorded; the round cannot be committed")
+        raise ValueError(
+            f"{experiment} round {round_}: {missing} not recorded; the round cannot be committed"
+        )
     run_id = tracker.round_run(store, experiment, round_, config.to_dict())
     parent = tracker.experiment_run(store, experiment, config.to_dict())
     metrics = {k: v for k, v in tracker.client().get_run(run_id).data.metrics.items() if SERIES_MARK not in k}

@@ -69,7 +69,9 @@ class RolloutSettings:
 
 @dataclass(frozen=True)
 class AdvantageSettings:
-    estimator: str = field(default="gigpo", metadata={"choices": registered("creditline.advantages", "available")})
+    estimator: str = field(
+        default="gigpo", metadata={"choices": registered("creditline.advantages", "available")}
+    )
     """A registered estimator (`creditline.advantages.available()`)."""
     params: dict[str, Any] = field(
         default_factory=lambda: {"mode": "mean_std_norm", "gamma": 0.95, "step_advantage_w": 1.0}

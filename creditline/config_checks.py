@@ -60,6 +60,7 @@ def registered(module: str, name: str) -> Callable[[], Any]:
 
     return lookup
 
+
 BUILTIN_POLICY = "builtin:tiny"
 RELATIONS = ("initial_policy", "env.params", "advantages.params", "train.minibatches")
 """Fields whose check needs other fields or the file system (see the functions at the end)."""
@@ -369,7 +370,10 @@ _PROBE_STEPS = {
 def estimator_problems(estimator: str, params: Mapping[Any, Any], note: str = "") -> list[Problem]:
     """`advantages.params`: names and types against the estimator's defaults, then resolved and tried once."""
     advantages = importlib.import_module("creditline.advantages")
-    defaults = {**advantages.registry.resolve(estimator, {})[0].defaults, "conventions": None}  # conventions: resolve checks it
+    defaults = {
+        **advantages.registry.resolve(estimator, {})[0].defaults,
+        "conventions": None,
+    }  # conventions: resolve checks it
     problems = parameter_problems("advantages.params", params, defaults, f'estimator "{estimator}"', note)
     if problems:
         return problems

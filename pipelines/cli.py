@@ -42,7 +42,8 @@ def _store(data_root: str) -> LineageStore:
 
 def _known_experiment(store: LineageStore, name: str) -> None:
     if not Path(store.path).exists():
-        raise UsageError(f"no lineage store at {store.path}: wrong --data-root (or ${DATA_ROOT_ENV})?")
+        raise UsageError(f"--experiment {name!r}: no lineage store at {store.path}; "
+                         f"wrong --data-root (or ${DATA_ROOT_ENV})?")  # fmt: skip
     if store.experiment_config(name) is None:
         known = store.experiments()
         raise UsageError(f"--experiment {name!r} is not registered in {store.path}; "
@@ -141,18 +142,23 @@ def cmd_run(args) -> int:
     from creditline.store.rounds import round_commits
     from pipelines.definitions import ROUND_JOB
     from pipelines.instance import get_instance
+    from pipelines.reaper import close_round_tracking
     from pipelines.rubric_partitions import sync_rubric_partitions
     from pipelines.sensors import EXPERIMENT_TAG
 
     config = load_config(args.config, name=args.experiment)
     rounds = config.rounds if args.rounds is None else args.rounds
     if not 1 <= rounds <= config.rounds:
-        raise UsageError(f"--rounds {args.rounds}: must be between 1 and the config's rounds ({config.rounds})")
+        raise UsageError(
+            f"--rounds {args.rounds}: must be between 1 and the config's rounds ({config.rounds})"
+        )
     store = _store(args.data_root)
     instance = get_instance(args.data_root)
     with hold_lease(store, config.name) as lease:
         if lease.replaced:
-            print(f"took over experiment {config.name!r} from a `creditline run` that died ({lease.replaced})")
+            print(
+                f"took over experiment {config.name!r} from a `creditline run` that died ({lease.replaced})"
+            )
         _housekeeping(instance, args.data_root)
         _refuse_if_in_flight(instance, config.name)
         store.register_experiment(config.name, config.to_dict())
@@ -168,7 +174,7 @@ def cmd_run(args) -> int:
             start = time.perf_counter()
             result = _execute(instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: config.name})
             if not result.success:
-                _close_round_tracking(args.data_root, store, config.name, round_, "FAILED")
+                close_round_tracking(args.data_root, config.name, round_, "FAILED")
                 lines = _failure_lines(result, args.debug) or ["see the run in the Dagster UI"]
                 print(f"round {round_} failed (dagster run {result.run_id[:8]}):", file=sys.stderr)
                 for line in lines:
@@ -182,18 +188,6 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _close_round_tracking(data_root: str, store: LineageStore, experiment: str, round_: int, status: str) -> None:
-    """Close the round's (and the experiment's) MLflow runs that are still RUNNING."""
-    from creditline.store.rounds import EXPERIMENT_RUN_ROUND, tracking_run_id
-    from resources import TrackerResource
-
-    tracker = TrackerResource(data_root=data_root)
-    for key in (round_, EXPERIMENT_RUN_ROUND):
-        run_id = tracking_run_id(store, experiment, key)
-        if run_id is not None and tracker.status(run_id) == "RUNNING":
-            tracker.close(run_id, status)
-
-
 def cmd_register(args) -> int:
     """Register an experiment without running it: the round sensor (Dagster UI) will advance it."""
     from pipelines.instance import get_instance
@@ -203,7 +197,9 @@ def cmd_register(args) -> int:
     store = _store(args.data_root)
     digest = store.register_experiment(config.name, config.to_dict())
     sync_rubric_partitions(get_instance(args.data_root), store)
-    print(f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it")
+    print(
+        f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it"
+    )
     return 0
 
 
@@ -258,7 +254,9 @@ def cmd_rescore(args) -> int:
         version = (RUBRICS[args.rubric] if args.rubric in RUBRICS else rubric_by_version(args.rubric)).version
     except ValueError as exc:  # a version scored once, whose rubric is no longer in code
         raise UsageError(f"--rubric {args.rubric!r}: {exc}") from None
-    rounds = _parse_rounds(args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")}))
+    rounds = _parse_rounds(
+        args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")})
+    )
     instance = get_instance(args.data_root)
     sync_rubric_partitions(instance, store)
     keys = [dg.MultiPartitionKey({"round": round_key(args.experiment, r), "rubric": version}) for r in rounds]
@@ -267,7 +265,9 @@ def cmd_rescore(args) -> int:
         backfill = dagster_client.launch_backfill(url, [str(k) for k in keys],
                                                   ["rescored_scores", "rescored_advantages"],
                                                   f"rescore {args.experiment} with {version}")  # fmt: skip
-        print(f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds {_spans(rounds)})")
+        print(
+            f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds {_spans(rounds)})"
+        )
         return 0
     for round_, key in zip(rounds, keys, strict=True):
         result = _execute(instance, args.data_root, RESCORE_JOB, key)
@@ -299,7 +299,9 @@ def cmd_report(args) -> int:
     _known_experiment(store, args.experiment)
     evaluations = store.evaluations(args.experiment)
     if not evaluations:
-        print(f"no evaluations yet for experiment {args.experiment!r} under {args.data_root}", file=sys.stderr)
+        print(
+            f"no evaluations yet for experiment {args.experiment!r} under {args.data_root}", file=sys.stderr
+        )
         return 1
     if args.json:
         rows = [{"round": e.round, "policy": "initial" if e.round == 0 else f"round {e.round}",
@@ -362,7 +364,10 @@ def cmd_verify(args) -> int:
         print(json.dumps([vars(p) for p in problems], indent=2))
     for p in problems if not args.json else []:
         print(f"{p.kind:>12}  {p.detail}")
-    print(f"{len(problems)} problem(s) in experiment {args.experiment!r}", file=sys.stderr if args.json else sys.stdout)
+    print(
+        f"{len(problems)} problem(s) in experiment {args.experiment!r}",
+        file=sys.stderr if args.json else sys.stdout,
+    )
     return 1 if problems else 0
 
 
@@ -419,7 +424,9 @@ def cmd_advantages(args) -> int:
         print("episode_reward = sum of step_reward per episode (no episode_reward column, no --scores)")
     try:
         steps["advantage"] = compute(args.estimator, steps, **params)
-    except AdvantageInputError as exc:  # the table breaks the input contract: the message names column and row
+    except (
+        AdvantageInputError
+    ) as exc:  # the table breaks the input contract: the message names column and row
         raise UsageError(f"--steps {args.steps}: {exc}") from None
     written = write_parquet_atomic(steps, args.out)
     print(f"wrote {written.rows} rows to {written.path} (sha256 {written.content_hash[:12]})")

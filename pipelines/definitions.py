@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import RESCORE, RESCORE_ASSETS, ROUND_ASSETS, ROUND_CHECKS, ROUNDS
-from pipelines.sensors import round_sensor
+from pipelines.sensors import round_failure_sensor, round_sensor
 from resources import EngineResource, LineageResource, TrackerResource, default_data_root
 
 ROUND_JOB = "round"
@@ -34,7 +34,7 @@ def make_definitions(data_root: str | None = None) -> dg.Definitions:
         assets=[*ROUND_ASSETS, *RESCORE_ASSETS],
         asset_checks=ROUND_CHECKS,
         jobs=[round_job, rescore_job],
-        sensors=[round_sensor],
+        sensors=[round_sensor, round_failure_sensor],
         resources={
             "lineage": LineageResource(data_root=root),
             "tracker": TrackerResource(data_root=root),

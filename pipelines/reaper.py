@@ -67,7 +67,9 @@ def reap_dead_runs(instance: dg.DagsterInstance, data_root: str | None = None) -
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         lines.append(f"cleaned up {describe_run(run)}: marked failed, {message}; its pool slots freed")
         if data_root is not None and (closed := _close_tracking(run, data_root)):
-            lines.append(f"  and set its MLflow run{'s' if len(closed) > 1 else ''} {', '.join(closed)} KILLED")
+            lines.append(
+                f"  and set its MLflow run{'s' if len(closed) > 1 else ''} {', '.join(closed)} KILLED"
+            )
     lines += free_stale_slots(instance)
     return lines
 
@@ -92,26 +94,34 @@ def pool_holders(instance: dg.DagsterInstance) -> list[str]:
         with contextlib.suppress(Exception):
             for run_id in instance.event_log_storage.get_concurrency_info(pool).active_run_ids:
                 run = instance.get_run_by_id(run_id)
-                held.append(f"pool {pool!r} is held by " + (describe_run(run) if run else f"run {run_id[:8]}"))
+                held.append(
+                    f"pool {pool!r} is held by " + (describe_run(run) if run else f"run {run_id[:8]}")
+                )
     return held
 
 
-def _close_tracking(run: dg.DagsterRun, data_root: str) -> list[str]:
-    """Set the MLflow runs of the dead run's round KILLED; return their ids."""
-    from assets.partitions import parse_round_key
+def close_round_tracking(data_root: str, experiment: str, round_: int, status: str) -> list[str]:
+    """Close the round's and the experiment's MLflow runs that are still RUNNING; return their ids."""
     from creditline.store.rounds import EXPERIMENT_RUN_ROUND, tracking_run_id
     from resources import LineageResource, TrackerResource
 
-    try:
-        experiment, round_ = parse_round_key(run.tags.get(PARTITION_TAG, ""))
-    except ValueError:
-        return []
     store = LineageResource(data_root=data_root).store()
     tracker = TrackerResource(data_root=data_root)
     closed = []
     for key in (round_, EXPERIMENT_RUN_ROUND):
         run_id = tracking_run_id(store, experiment, key)
         if run_id is not None and tracker.status(run_id) == "RUNNING":
-            tracker.close(run_id, "KILLED")
+            tracker.close(run_id, status)
             closed.append(run_id[:8])
     return closed
+
+
+def _close_tracking(run: dg.DagsterRun, data_root: str) -> list[str]:
+    """Set the MLflow runs of the dead run's round KILLED; return their ids."""
+    from assets.partitions import parse_round_key
+
+    try:
+        experiment, round_ = parse_round_key(run.tags.get(PARTITION_TAG, ""))
+    except ValueError:
+        return []
+    return close_round_tracking(data_root, experiment, round_, "KILLED")

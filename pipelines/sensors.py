@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from assets.partitions import ROUNDS, round_key
+from assets.partitions import ROUNDS, parse_round_key, round_key
 from creditline.store.leases import lease_holder
 from creditline.store.rounds import round_commits
 from pipelines.cron_window import in_window
-from pipelines.reaper import IN_FLIGHT, REAPED_TAG, reap_dead_runs
+from pipelines.reaper import IN_FLIGHT, PARTITION_TAG, REAPED_TAG, close_round_tracking, reap_dead_runs
 from pipelines.rubric_partitions import sync_rubric_partitions
 from resources import LineageResource
 
@@ -91,3 +91,14 @@ def round_sensor(context: dg.SensorEvaluationContext, lineage: LineageResource):
         run_requests=requests,
         dynamic_partitions_requests=[ROUNDS.build_add_request(sorted({r.partition_key for r in requests}))],
     )
+
+
+@dg.run_failure_sensor(default_status=dg.DefaultSensorStatus.RUNNING,
+                       description="Sets the MLflow runs of a failed round FAILED (a failure in the UI, not a kill).")  # fmt: skip
+def round_failure_sensor(context: dg.RunFailureSensorContext, lineage: LineageResource):
+    if context.dagster_run.job_name != "round":
+        return
+    experiment, round_ = parse_round_key(context.dagster_run.tags.get(PARTITION_TAG, ""))
+    closed = close_round_tracking(lineage.data_root, experiment, round_, "FAILED")
+    if closed:
+        context.log.info(f"{experiment} round {round_}: MLflow runs {', '.join(closed)} set FAILED")

@@ -21,7 +21,7 @@ from pathlib import Path
 import dagster as dg
 
 from creditline.store import LineageStore
-from creditline.store.rounds import EXPERIMENT_RUN_ROUND, record_tracking_run, tracking_run_id
+from creditline.store.rounds import EXPERIMENT_RUN_ROUND, record_tracking_run, round_commits, tracking_run_id
 
 ROUND_TAG = "creditline.round"
 EXPERIMENT_TAG = "creditline.experiment"
@@ -77,7 +77,9 @@ class TrackerResource(dg.ConfigurableResource):
         )  # created by a process killed before it recorded the id
         run_id = found[0].info.run_id if found else None
         if run_id is None:
-            run_id = client.create_run(experiment_id, run_name=name, tags={**tags, ROUND_TAG: tag}).info.run_id
+            run_id = client.create_run(
+                experiment_id, run_name=name, tags={**tags, ROUND_TAG: tag}
+            ).info.run_id
             if params:
                 from mlflow.entities import Param
 
@@ -92,15 +94,19 @@ class TrackerResource(dg.ConfigurableResource):
                                     {EXPERIMENT_TAG: experiment}, experiment, config)  # fmt: skip
 
     def round_run(self, store: LineageStore, experiment: str, round_: int, config: dict) -> str:
-        """The round's child run, created once; reopened (RUNNING) while the round is being worked on."""
+        """The round's child run, created once; reopened (RUNNING) while an uncommitted round is worked on.
+
+        A committed round's runs stay FINISHED: a re-score logs its comparison to them without reopening.
+        """
         parent = self.experiment_run(store, experiment, config)
         run_id = self._find_or_create(store, experiment, round_, str(round_),
                                       {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
                                       f"{experiment} round {round_}", None)  # fmt: skip
-        client = self.client()
-        for rid in (parent, run_id):
-            if client.get_run(rid).info.status != "RUNNING":
-                client.update_run(rid, status="RUNNING")
+        if round_ not in round_commits(store, experiment):
+            client = self.client()
+            for rid in (parent, run_id):
+                if client.get_run(rid).info.status != "RUNNING":
+                    client.update_run(rid, status="RUNNING")
         return run_id
 
     def log(self, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,

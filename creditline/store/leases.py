@@ -72,9 +72,7 @@ def acquire_lease(store: LineageStore, experiment: str, ttl_s: float = LEASE_TTL
                 )
             replaced = description
         now = _now()
-        con.execute(
-            "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)", [experiment, str(me), now, now]
-        )
+        con.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)", [experiment, str(me), now, now])
         return replaced
 
     return Lease(experiment, me, store._run(work))

@@ -126,5 +126,7 @@ def round_problems(store: LineageStore, experiment: str) -> list[Problem]:
                                         f"{where}/{kind}: recorded {str(recorded.get(kind))[:12]}, "
                                         f"committed {str(commit.artifacts.get(kind))[:12]}"))  # fmt: skip
         if round_ not in evaluated:
-            problems.append(Problem("incomplete", where, "", None, f"{where}: committed without an evaluation row"))
+            problems.append(
+                Problem("incomplete", where, "", None, f"{where}: committed without an evaluation row")
+            )
     return problems

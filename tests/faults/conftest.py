@@ -22,5 +22,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for case, fault, rc, temp, outcome in _KILL_ROWS:
         write(f"  {case:<58} {fault:<30} {rc:>5} {temp:>5}  {outcome}")
     recovered = sum(1 for row in _KILL_ROWS if row[4] == "recovered")
-    write(f"  {len(_KILL_ROWS)} kills, {recovered} recovered completely by a plain re-run "
-          "(verify clean, no temp file, no round skipped, same checkpoints, killed attempt FAILED)")
+    write(
+        f"  {len(_KILL_ROWS)} kills, {recovered} recovered completely by a plain re-run "
+        "(verify clean, no temp file, no round skipped, same checkpoints, killed attempt FAILED)"
+    )

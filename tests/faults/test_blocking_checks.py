@@ -66,6 +66,8 @@ def test_a_changed_parent_checkpoint_stops_the_next_round_before_training(tmp_pa
         config.write_text(config.read_text() + " ")
         result = _round(tmp_path, instance, "parent", 2)
         assert not result.success
-        assert store.artifact("parent", 2, "checkpoint") is None and sorted(round_commits(store, "parent")) == [1]
+        assert store.artifact("parent", 2, "checkpoint") is None and sorted(
+            round_commits(store, "parent")
+        ) == [1]
         (line,) = _failure_lines(result, debug=False)
         assert line.startswith("rollouts: ParentCheckpointError:") and "changed" in line

@@ -76,7 +76,9 @@ def _creditline(data_root: Path, *args: str, fault: str | None = None) -> subpro
 
 
 def _temp_files(data_root: Path) -> list[str]:
-    return sorted(str(p.relative_to(data_root)) for p in data_root.rglob("*") if ".tmp-" in p.name or ".old-" in p.name)
+    return sorted(
+        str(p.relative_to(data_root)) for p in data_root.rglob("*") if ".tmp-" in p.name or ".old-" in p.name
+    )
 
 
 def _state(data_root: Path, outcome: Outcome) -> Outcome:
@@ -97,7 +99,9 @@ def _state(data_root: Path, outcome: Outcome) -> Outcome:
 
     client = mlflow.MlflowClient(f"sqlite:///{data_root / 'mlflow.db'}")
     experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
-    outcome.running_mlflow = len(client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'"))
+    outcome.running_mlflow = len(
+        client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'")
+    )
     return outcome
 
 
@@ -109,7 +113,11 @@ def _play(data_root: Path, fault: str | None) -> Outcome:
         outcome.killed_rc = killed.returncode
         outcome.temp_after_kill = len(_temp_files(data_root))
     rerun = _creditline(data_root, *run)
-    outcome.rerun_rc, outcome.rerun_stdout, outcome.rerun_stderr = rerun.returncode, rerun.stdout, rerun.stderr
+    outcome.rerun_rc, outcome.rerun_stdout, outcome.rerun_stderr = (
+        rerun.returncode,
+        rerun.stdout,
+        rerun.stderr,
+    )
     verify = _creditline(data_root, "verify", "--experiment", EXPERIMENT)
     outcome.verify_rc, outcome.verify_out = verify.returncode, verify.stdout + verify.stderr
     outcome.temp_after_rerun = _temp_files(data_root) + [str(o.path) for o in find_orphans(data_root)]

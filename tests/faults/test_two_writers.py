@@ -33,5 +33,8 @@ def test_a_second_run_of_the_same_experiment_refuses_with_the_holder(tmp_path):
     assert sorted(round_commits(LineageStore(tmp_path / "lineage.duckdb"), "twice")) == [1, 2]
     instance = dg.DagsterInstance.from_config(str(tmp_path / "dagster_home"))
     runs = instance.get_runs()
-    assert sorted(r.tags["dagster/partition"] for r in runs) == ["twice.r001", "twice.r002"]  # each trained once
+    assert sorted(r.tags["dagster/partition"] for r in runs) == [
+        "twice.r001",
+        "twice.r002",
+    ]  # each trained once
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)

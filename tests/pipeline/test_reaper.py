@@ -55,7 +55,10 @@ def test_the_instance_monitors_runs_with_our_launcher(tmp_path):
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         assert isinstance(instance.run_launcher, CreditlineRunLauncher)
-        assert instance.run_monitoring_enabled and instance.run_monitoring_settings["poll_interval_seconds"] == 15
+        assert (
+            instance.run_monitoring_enabled
+            and instance.run_monitoring_settings["poll_interval_seconds"] == 15
+        )
     finally:
         instance.dispose()
     old = "# Written by creditline (pipelines/instance.py). an older version\nconcurrency: {}\n"
@@ -74,7 +77,9 @@ def test_run_says_what_it_waits_for_and_goes_on_when_the_slot_frees(tmp_path, ca
         instance.event_log_storage.set_concurrency_slots("gpu", 1)
         other = _started_run(instance, tmp_path, str(this_process()), "other.r001")
         instance.event_log_storage.claim_concurrency_slot("gpu", other.run_id, "checkpoint")
-        releaser = threading.Timer(0.5, instance.event_log_storage.free_concurrency_slots_for_run, [other.run_id])
+        releaser = threading.Timer(
+            0.5, instance.event_log_storage.free_concurrency_slots_for_run, [other.run_id]
+        )
         releaser.start()
         start = time.monotonic()
         _wait_for_pools(instance, str(tmp_path), poll_s=0.1)

@@ -81,7 +81,9 @@ def test_the_experiment_chooses_its_estimator_and_lineage_and_mlflow_record_it(t
     assert record.meta["estimator"] == "hgpo" and record.meta["params"] == params
     assert record.meta["params_hash"] == params_hash("hgpo", params)
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("assets-hgpo").experiment_id])
-    assert run.data.params["advantages.estimator"] == "hgpo"
-    assert run.data.params["advantages.params.history_length"] == "1"
-    assert run.data.tags["data_version.advantages"] == record.content_hash
+    runs = client.search_runs([client.get_experiment_by_name("assets-hgpo").experiment_id])
+    by_round = {r.data.tags["creditline.round"]: r for r in runs}
+    assert sorted(by_round) == ["1", "experiment"]  # the experiment's parent run and the round's child
+    assert by_round["experiment"].data.params["advantages.estimator"] == "hgpo"
+    assert by_round["experiment"].data.params["advantages.params.history_length"] == "1"
+    assert by_round["1"].data.tags["data_version.advantages"] == record.content_hash

@@ -113,3 +113,27 @@ def test_sensor_waits_outside_its_window(tmp_path, monkeypatch):
         )
         result = round_sensor(context)
     assert isinstance(result, dg.SkipReason) and "outside the round window" in result.skip_message
+
+
+def test_a_failed_round_gets_its_mlflow_runs_closed_failed(tmp_path):
+    from pipelines.sensors import round_failure_sensor
+    from resources import TrackerResource
+
+    lineage = LineageResource(data_root=str(tmp_path))
+    config = from_dict({**TINY, "name": "delta"}).to_dict()
+    lineage.store().register_experiment("delta", config)
+    tracker = TrackerResource(data_root=str(tmp_path))
+    child = tracker.round_run(lineage.store(), "delta", 1, config)
+    parent = tracker.experiment_run(lineage.store(), "delta", config)
+    assert tracker.status(child) == tracker.status(parent) == "RUNNING"
+    with dg.instance_for_test() as instance:
+        job = make_definitions(str(tmp_path)).resolve_job_def(ROUND_JOB)
+        run = instance.create_run_for_job(job, tags={"dagster/partition": "delta.r001"})
+        instance.report_run_failed(run)
+        failure = instance.get_records_for_run(run.run_id).records[-1].event_log_entry.dagster_event
+        context = dg.build_run_status_sensor_context(
+            sensor_name="round_failure_sensor", dagster_event=failure, dagster_instance=instance,
+            dagster_run=instance.get_run_by_id(run.run_id), resources={"lineage": lineage},
+        ).for_run_failure()  # fmt: skip
+        round_failure_sensor(context)
+    assert tracker.status(child) == tracker.status(parent) == "FAILED"

@@ -33,7 +33,10 @@ def test_this_process_is_alive_and_a_vanished_or_reused_pid_is_not():
 
 def test_a_zombie_is_not_alive():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    while not os.path.exists(f"/proc/{child.pid}") or open(f"/proc/{child.pid}/stat").read().split(")")[1].split()[0] != "Z":
+    while (
+        not os.path.exists(f"/proc/{child.pid}")
+        or open(f"/proc/{child.pid}/stat").read().split(")")[1].split()[0] != "Z"
+    ):
         time.sleep(0.05)  # exited, not yet waited for: a zombie
     assert is_alive(ProcessId(hostname(), child.pid, 0)) is False
     child.wait()
