@@ -75,7 +75,7 @@ def acquire_lease(store: LineageStore, experiment: str, ttl_s: float = LEASE_TTL
         con.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)", [experiment, str(me), now, now])
         return replaced
 
-    return Lease(experiment, me, store._run(work))
+    return Lease(experiment, me, store.transaction(work))
 
 
 def renew_lease(store: LineageStore, lease: Lease) -> bool:
@@ -88,11 +88,11 @@ def renew_lease(store: LineageStore, lease: Lease) -> bool:
         ).fetchone()
         return row is not None
 
-    return store._run(work)
+    return store.transaction(work)
 
 
 def release_lease(store: LineageStore, lease: Lease) -> None:
-    store._run(
+    store.transaction(
         lambda con: con.execute(
             "DELETE FROM leases WHERE experiment = ? AND holder = ?", [lease.experiment, str(lease.holder)]
         )
@@ -101,7 +101,7 @@ def release_lease(store: LineageStore, lease: Lease) -> None:
 
 def lease_holder(store: LineageStore, experiment: str, ttl_s: float = LEASE_TTL_S) -> str | None:
     """A description of the live holder of `experiment`'s lease, or None when nobody live holds it."""
-    row = store._fetchone("SELECT holder, heartbeat_at FROM leases WHERE experiment = ?", [experiment])
+    row = store.fetchone("SELECT holder, heartbeat_at FROM leases WHERE experiment = ?", [experiment])
     if row is None:
         return None
     alive, description = _holder_state(row[0], row[1], ttl_s)

@@ -128,29 +128,29 @@ class LineageStore:
     def __repr__(self) -> str:
         return f"LineageStore({self.path!r})"
 
-    def _run(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+    def transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """Run ``work`` as one retried transaction, creating the schema in the first one."""
         needs_schema = not self._schema_ready
 
-        def transaction(con: duckdb.DuckDBPyConnection) -> T:
+        def with_schema(con: duckdb.DuckDBPyConnection) -> T:
             if needs_schema:
                 create_schema(con)
             return work(con)
 
         if needs_schema:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        result = run_transaction(self.path, transaction, self.retry)
+        result = run_transaction(self.path, with_schema, self.retry)
         self._schema_ready = True
         return result
 
-    def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return self._run(lambda con: con.execute(sql, params).fetchall())
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self.transaction(lambda con: con.execute(sql, params).fetchall())
 
-    def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._run(lambda con: con.execute(sql, params).fetchone())
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.transaction(lambda con: con.execute(sql, params).fetchone())
 
-    def _execute(self, sql: str, params: Sequence[Any]) -> None:
-        self._run(lambda con: con.execute(sql, params))
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        self.transaction(lambda con: con.execute(sql, params))
 
     # --- experiments ---------------------------------------------------------------------------------
 
@@ -172,17 +172,17 @@ class LineageStore:
             elif row[0] != new_hash:
                 raise ExperimentConfigMismatch(name, row[0], new_hash)
 
-        self._run(work)
+        self.transaction(work)
         return new_hash
 
     def experiment_config(self, name: str) -> dict[str, Any] | None:
         """The config ``name`` was registered with, or ``None`` for an unknown experiment."""
-        row = self._fetchone("SELECT config_json FROM experiments WHERE experiment = ?", [name])
+        row = self.fetchone("SELECT config_json FROM experiments WHERE experiment = ?", [name])
         return None if row is None else json.loads(row[0])
 
     def experiments(self) -> list[str]:
         """All registered experiment names, sorted."""
-        rows = self._fetchall("SELECT experiment FROM experiments ORDER BY experiment")
+        rows = self.fetchall("SELECT experiment FROM experiments ORDER BY experiment")
         return [r[0] for r in rows]
 
     # --- artifacts and their edges -------------------------------------------------------------------
@@ -215,7 +215,7 @@ class LineageStore:
             _rebuild_edges(con, sorted({stored.content_hash} | ({old[0]} if old else set())))
             failpoint(f"lineage:{stored.kind}")  # killed here: the transaction never commits
 
-        self._run(work)
+        self.transaction(work)
         return stored
 
     def record_initial_policy(
@@ -240,7 +240,7 @@ class LineageStore:
 
     def artifact(self, experiment: str, round: int, kind: str, variant: str = "") -> ArtifactRecord | None:
         """The artifact stored under this key, or ``None``."""
-        row = self._fetchone(
+        row = self.fetchone(
             f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE {_KEY_MATCH}",
             [experiment, round, kind, variant],
         )
@@ -258,12 +258,12 @@ class LineageStore:
         if kind is not None:
             sql += " AND kind = ?"
             params.append(kind)
-        rows = self._fetchall(sql + " ORDER BY round, kind, variant", params)
+        rows = self.fetchall(sql + " ORDER BY round, kind, variant", params)
         return [_artifact_from_row(r) for r in rows]
 
     def artifact_by_hash(self, content_hash: str) -> list[ArtifactRecord]:
         """Every artifact row carrying ``content_hash`` (usually one; identical outputs share a hash)."""
-        rows = self._fetchall(
+        rows = self.fetchall(
             f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE content_hash = ? "
             "ORDER BY experiment, round, kind, variant",
             [content_hash],
@@ -272,7 +272,7 @@ class LineageStore:
 
     def rounds(self, experiment: str) -> list[int]:
         """Rounds of ``experiment`` that have at least one artifact, ascending."""
-        rows = self._fetchall(
+        rows = self.fetchall(
             "SELECT DISTINCT round FROM artifacts WHERE experiment = ? ORDER BY round", [experiment]
         )
         return [r[0] for r in rows]
@@ -282,7 +282,7 @@ class LineageStore:
         sql, params = "SELECT max(round) FROM artifacts WHERE experiment = ?", [experiment]
         if kind is not None:
             sql, params = sql + " AND kind = ?", [experiment, kind]
-        row = self._fetchone(sql, params)
+        row = self.fetchone(sql, params)
         return None if row is None else row[0]
 
     # --- runs and evaluations ------------------------------------------------------------------------
@@ -291,7 +291,7 @@ class LineageStore:
         """Upsert one (Dagster run, asset) row; returns it with ``created_at``."""
         stored = dataclasses.replace(run, config=dict(run.config), created_at=_now())
         s = stored
-        self._execute(
+        self.execute(
             f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [s.dagster_run_id, s.experiment, s.round, s.asset, s.mlflow_run_id, s.code_version,
              canonical_json(s.config), s.created_at],
@@ -303,13 +303,13 @@ class LineageStore:
         sql, params = f"SELECT {_RUN_COLUMNS} FROM runs WHERE experiment = ?", [experiment]
         if round is not None:
             sql, params = sql + " AND round = ?", [experiment, round]
-        rows = self._fetchall(sql + " ORDER BY round, created_at, asset", params)
+        rows = self.fetchall(sql + " ORDER BY round, created_at, asset", params)
         return [_run_from_row(r) for r in rows]
 
     def record_evaluation(self, evaluation: EvaluationRecord) -> EvaluationRecord:
         """Upsert the evaluation of (experiment, round); returns it with ``created_at``."""
         e = dataclasses.replace(evaluation, created_at=_now())
-        self._execute(
+        self.execute(
             f"INSERT OR REPLACE INTO evaluations ({_EVALUATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [e.experiment, e.round, e.policy_hash, e.success_rate, e.mean_return, e.mean_steps,
              e.invalid_action_rate, e.episodes, e.created_at],
@@ -318,7 +318,7 @@ class LineageStore:
 
     def evaluations(self, experiment: str) -> list[EvaluationRecord]:
         """An experiment's evaluations, ordered by round."""
-        rows = self._fetchall(
+        rows = self.fetchall(
             f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE experiment = ? ORDER BY round", [experiment]
         )
         return [EvaluationRecord(*r) for r in rows]
@@ -327,7 +327,7 @@ class LineageStore:
 
     def parents(self, content_hash: str) -> list[tuple[str, str]]:
         """Direct parents of ``content_hash`` as (parent_hash, relation), sorted by parent hash."""
-        rows = self._fetchall(
+        rows = self.fetchall(
             "SELECT parent_hash, relation FROM lineage WHERE child_hash = ? ORDER BY parent_hash",
             [content_hash],
         )
@@ -363,7 +363,7 @@ class LineageStore:
             ).fetchall()
             return edges, rows
 
-        edges, rows = self._run(work)
+        edges, rows = self.transaction(work)
         by_hash: dict[str, list[ArtifactRecord]] = {}
         for record in map(_artifact_from_row, rows):
             by_hash.setdefault(record.content_hash, []).append(record)
@@ -399,7 +399,7 @@ class LineageStore:
         data root, not to one experiment; see ``orphans``).
         """
         problems = [p for record in self.artifacts(experiment) if (p := check_on_disk(record))]
-        found = self._run(lambda con: {kind: con.execute(sql, [experiment]).fetchall()
+        found = self.transaction(lambda con: {kind: con.execute(sql, [experiment]).fetchall()
                                        for kind, sql in _EDGE_CHECKS.items()})  # fmt: skip
         for kind, rows in found.items():
             for path, exp, round_, art_kind, variant, child, parent, relation in rows:

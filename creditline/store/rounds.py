@@ -44,7 +44,7 @@ def _now() -> datetime:
 def record_round_commit(store: LineageStore, commit: RoundCommit) -> RoundCommit:
     """Write (or rewrite, on a re-run) the round's commit point."""
     stored = RoundCommit(**{**vars(commit), "committed_at": _now()})
-    store._execute(
+    store.execute(
         "INSERT OR REPLACE INTO round_commits VALUES (?, ?, ?, ?, ?, ?)",
         [stored.experiment, stored.round, stored.dagster_run_id, stored.mlflow_run_id,
          canonical_json(stored.artifacts), stored.committed_at],
@@ -54,7 +54,7 @@ def record_round_commit(store: LineageStore, commit: RoundCommit) -> RoundCommit
 
 def round_commits(store: LineageStore, experiment: str) -> dict[int, RoundCommit]:
     """{round: commit} of every committed (finished) round of `experiment`."""
-    rows = store._fetchall(
+    rows = store.fetchall(
         "SELECT experiment, round, dagster_run_id, mlflow_run_id, artifacts_json, committed_at "
         "FROM round_commits WHERE experiment = ? ORDER BY round",
         [experiment],
@@ -63,7 +63,7 @@ def round_commits(store: LineageStore, experiment: str) -> dict[int, RoundCommit
 
 
 def tracking_run_id(store: LineageStore, experiment: str, round_: int) -> str | None:
-    row = store._fetchone(
+    row = store.fetchone(
         "SELECT mlflow_run_id FROM tracking_runs WHERE experiment = ? AND round = ?", [experiment, round_]
     )
     return None if row is None else row[0]
@@ -83,11 +83,11 @@ def record_tracking_run(store: LineageStore, experiment: str, round_: int, run_i
         assert row is not None
         return row[0]
 
-    return store._run(work)
+    return store.transaction(work)
 
 
 def tracking_runs(store: LineageStore, experiment: str) -> dict[int, str]:
-    rows = store._fetchall(
+    rows = store.fetchall(
         "SELECT round, mlflow_run_id FROM tracking_runs WHERE experiment = ? ORDER BY round", [experiment]
     )
     return dict(rows)

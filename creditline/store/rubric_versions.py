@@ -67,7 +67,7 @@ def record_rubrics(store: LineageStore, rubrics: Iterable[Rubric | RubricGroup])
 
 def rubric_versions(store: LineageStore) -> list[RubricVersionRecord]:
     """Every recorded rubric version, oldest first (ties by version)."""
-    rows = store._run(
+    rows = store.transaction(
         lambda con: con.execute(
             "SELECT version, rubric, definition_json, first_seen_at FROM rubric_versions "
             "ORDER BY first_seen_at, version"
@@ -95,4 +95,4 @@ def _insert_absent(store: LineageStore, records: list[RubricVersionRecord]) -> l
             )
         return new
 
-    return store._run(work) if unique else []
+    return store.transaction(work) if unique else []

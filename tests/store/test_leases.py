@@ -65,9 +65,9 @@ def test_a_live_holder_refuses_and_a_killed_holder_is_taken_over(tmp_path):
 def test_hold_lease_heartbeats_and_releases(tmp_path):
     store = LineageStore(tmp_path / "lineage.duckdb")
     with hold_lease(store, "exp", heartbeat_s=0.05) as lease:
-        first = store._fetchone("SELECT heartbeat_at FROM leases WHERE experiment = 'exp'")[0]
+        first = store.fetchone("SELECT heartbeat_at FROM leases WHERE experiment = 'exp'")[0]
         time.sleep(0.3)
-        assert store._fetchone("SELECT heartbeat_at FROM leases WHERE experiment = 'exp'")[0] > first
+        assert store.fetchone("SELECT heartbeat_at FROM leases WHERE experiment = 'exp'")[0] > first
         assert lease.replaced is None
         again = acquire_lease(store, "exp")  # the same process may re-enter its own lease
         assert again.replaced is None
@@ -76,7 +76,7 @@ def test_hold_lease_heartbeats_and_releases(tmp_path):
 
 def test_a_stale_heartbeat_from_another_host_is_taken_over(tmp_path):
     store = LineageStore(tmp_path / "lineage.duckdb")
-    store._execute("INSERT INTO leases VALUES ('exp', 'elsewhere:1:1', now() - INTERVAL 2 MINUTE, "
+    store.execute("INSERT INTO leases VALUES ('exp', 'elsewhere:1:1', now() - INTERVAL 2 MINUTE, "
                    "now() - INTERVAL 2 MINUTE)", [])  # fmt: skip
     lease = acquire_lease(store, "exp", ttl_s=60)
     assert "elsewhere" in lease.replaced
