@@ -17,7 +17,6 @@ file, a failed blocking check) print `error: ...` lines and exit 2; a failed rou
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import signal
@@ -27,7 +26,14 @@ from pathlib import Path
 
 from creditline.config import ExperimentConfig, load_config
 from creditline.store import LineageStore
-from resources.lineage import DATA_ROOT_ENV, PROCESS_TAG, LineageResource, default_data_root
+from pipelines.round_runner import (
+    execute_partition,
+    failure_lines,
+    reclaim_dead,
+    refuse_if_in_flight,
+    wait_for_pools,
+)
+from resources.lineage import DATA_ROOT_ENV, LineageResource, default_data_root
 
 DEFAULT_EXPERIMENT = ExperimentConfig().name
 
@@ -48,92 +54,6 @@ def _known_experiment(store: LineageStore, name: str) -> None:
         known = store.experiments()
         raise UsageError(f"--experiment {name!r} is not registered in {store.path}; "
                          f"registered: {', '.join(known) if known else 'none'}")  # fmt: skip
-
-
-@functools.lru_cache(maxsize=4)
-def _job(data_root: str, job_name: str):
-    from pipelines.definitions import make_definitions
-
-    return make_definitions(data_root).resolve_job_def(job_name)
-
-
-def _execute(instance, data_root: str, job_name: str, partition_key, tags: dict[str, str] | None = None):
-    """Run one partition of a job in this process against the persistent instance, logging warnings only."""
-    from creditline.liveness import this_process
-
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-    return _job(data_root, job_name).execute_in_process(
-        instance=instance,
-        partition_key=partition_key,
-        run_config=quiet,
-        raise_on_error=False,
-        tags={**(tags or {}), PROCESS_TAG: str(this_process())},
-    )
-
-
-def _housekeeping(instance, data_root: str) -> None:
-    """Reclaim what dead processes left (runs, pool slots, MLflow runs, temp files) and say so."""
-    from creditline.store.orphans import remove_orphans
-    from pipelines.reaper import reap_dead_runs
-
-    for line in reap_dead_runs(instance, data_root):
-        print(line, flush=True)
-    for orphan in remove_orphans(data_root):
-        print(f"removed {orphan.path}: left by a writer that died", flush=True)
-
-
-def _wait_for_pools(instance, data_root: str, poll_s: float = 2.0) -> None:
-    """Block until no other run holds a pool slot, saying what we wait for (and reaping as we go)."""
-    from pipelines.reaper import pool_holders, reap_dead_runs
-
-    announced: list[str] = []
-    while held := pool_holders(instance):
-        if held != announced:
-            print("waiting: " + "; ".join(held) + " (Ctrl-C to stop)", flush=True)
-            announced = held
-        time.sleep(poll_s)
-        for line in reap_dead_runs(instance, data_root):
-            print(line, flush=True)
-
-
-def _refuse_if_in_flight(instance, experiment: str) -> None:
-    """Another process (the round sensor's run, say) is already running a round of this experiment."""
-    import dagster as dg
-
-    from pipelines.reaper import LIVE, describe_run, run_is_dead
-    from pipelines.sensors import EXPERIMENT_TAG
-
-    for run in instance.get_runs(dg.RunsFilter(tags={EXPERIMENT_TAG: experiment}, statuses=LIVE)):
-        if not run_is_dead(run):
-            from creditline.store.leases import LeaseHeldError
-
-            raise LeaseHeldError(f"experiment {experiment!r} has a round in flight: {describe_run(run)}; "
-                                 "wait for it to finish, or terminate it in the Dagster UI")  # fmt: skip
-
-
-def _failure_lines(result, debug: bool) -> list[str]:
-    """What stopped a round: failed steps and failed blocking checks, one line each."""
-    lines = []
-    for event in result.all_events:
-        if event.is_step_failure:
-            error = event.event_specific_data.error
-            if error.cls_name == "DagsterAssetCheckFailedError":
-                continue  # the failed check itself is reported below, with its problem
-            text = error.to_string() if debug else _root_message(error)
-            lines.append(f"{event.step_key}: {text}")
-        elif event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.passed:
-            data = event.event_specific_data
-            problem = data.metadata.get("problem")
-            lines.append(f"check {data.check_name} on {data.asset_key.to_user_string()} failed: "
-                         f"{getattr(problem, 'value', problem)}")  # fmt: skip
-    return lines
-
-
-def _root_message(error) -> str:
-    """The innermost cause of a Dagster error: what the user's data or code actually said."""
-    while error.cause is not None:
-        error = error.cause
-    return f"{error.cls_name}: {error.message.strip().splitlines()[0] if error.message.strip() else ''}"
 
 
 def cmd_run(args) -> int:
@@ -159,8 +79,8 @@ def cmd_run(args) -> int:
             print(
                 f"took over experiment {config.name!r} from a `creditline run` that died ({lease.replaced})"
             )
-        _housekeeping(instance, args.data_root)
-        _refuse_if_in_flight(instance, config.name)
+        reclaim_dead(instance, args.data_root)
+        refuse_if_in_flight(instance, config.name)
         store.register_experiment(config.name, config.to_dict())
         sync_rubric_partitions(instance, store)
         print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}", flush=True)
@@ -170,12 +90,14 @@ def cmd_run(args) -> int:
             key = round_key(config.name, round_)
             if not instance.has_dynamic_partition(ROUNDS.name, key):
                 instance.add_dynamic_partitions(ROUNDS.name, [key])
-            _wait_for_pools(instance, args.data_root)
+            wait_for_pools(instance, args.data_root)
             start = time.perf_counter()
-            result = _execute(instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: config.name})
+            result = execute_partition(
+                instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: config.name}
+            )
             if not result.success:
                 close_round_tracking(args.data_root, config.name, round_, "FAILED")
-                lines = _failure_lines(result, args.debug) or ["see the run in the Dagster UI"]
+                lines = failure_lines(result, args.debug) or ["see the run in the Dagster UI"]
                 print(f"round {round_} failed (dagster run {result.run_id[:8]}):", file=sys.stderr)
                 for line in lines:
                     print(f"  {line}", file=sys.stderr)
@@ -270,10 +192,10 @@ def cmd_rescore(args) -> int:
         )
         return 0
     for round_, key in zip(rounds, keys, strict=True):
-        result = _execute(instance, args.data_root, RESCORE_JOB, key)
+        result = execute_partition(instance, args.data_root, RESCORE_JOB, key)
         if not result.success:
             print(f"re-scoring round {round_} failed (dagster run {result.run_id[:8]}):", file=sys.stderr)
-            for line in _failure_lines(result, args.debug):
+            for line in failure_lines(result, args.debug):
                 print(f"  {line}", file=sys.stderr)
             return 1
         record = store.artifact(args.experiment, round_, "rescore_advantages", version)

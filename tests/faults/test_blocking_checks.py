@@ -15,8 +15,8 @@ from assets import round_key
 from creditline.config import from_dict
 from creditline.store import LineageStore, read_parquet, write_parquet_atomic
 from creditline.store.rounds import round_commits
-from pipelines.cli import _failure_lines
 from pipelines.definitions import ROUND_JOB, make_definitions
+from pipelines.round_runner import failure_lines
 
 pytestmark = pytest.mark.slow
 TINY = {"rollouts": {"tasks_per_round": 2, "group_size": 3}, "train": {"epochs": 1, "minibatches": 1},
@@ -52,7 +52,7 @@ def test_a_corrupted_stored_table_fails_its_check_and_stops_the_round(tmp_path):
         assert list(failed) == ["steps_stored_and_valid"] and "changed" in failed["steps_stored_and_valid"]
         assert store.artifact("blocked", 1, "checkpoint") is None and round_commits(store, "blocked") == {}
         assert not instance.get_latest_materialization_event(dg.AssetKey("checkpoint"))
-        lines = _failure_lines(result, debug=False)
+        lines = failure_lines(result, debug=False)
         assert lines == [f"check steps_stored_and_valid on steps failed: {failed['steps_stored_and_valid']}"]
 
 
@@ -69,5 +69,5 @@ def test_a_changed_parent_checkpoint_stops_the_next_round_before_training(tmp_pa
         assert store.artifact("parent", 2, "checkpoint") is None and sorted(
             round_commits(store, "parent")
         ) == [1]
-        (line,) = _failure_lines(result, debug=False)
+        (line,) = failure_lines(result, debug=False)
         assert line.startswith("rollouts: ParentCheckpointError:") and "changed" in line

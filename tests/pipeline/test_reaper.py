@@ -71,7 +71,7 @@ def test_the_instance_monitors_runs_with_our_launcher(tmp_path):
 
 
 def test_run_says_what_it_waits_for_and_goes_on_when_the_slot_frees(tmp_path, capsys):
-    from pipelines.cli import _wait_for_pools
+    from pipelines.round_runner import wait_for_pools
 
     with dg.instance_for_test() as instance:
         instance.event_log_storage.set_concurrency_slots("gpu", 1)
@@ -82,7 +82,7 @@ def test_run_says_what_it_waits_for_and_goes_on_when_the_slot_frees(tmp_path, ca
         )
         releaser.start()
         start = time.monotonic()
-        _wait_for_pools(instance, str(tmp_path), poll_s=0.1)
+        wait_for_pools(instance, str(tmp_path), poll_s=0.1)
         assert time.monotonic() - start >= 0.4
     out = capsys.readouterr().out
     assert f"waiting: pool 'gpu' is held by dagster run {other.run_id[:8]} (round other.r001" in out

@@ -1,0 +1,102 @@
+"""Running a round's job in this process, as `creditline run` and `rescore` do, politely.
+
+Before a round: reclaim what dead processes left (`reaper`, orphan temp files), refuse if another live
+process is running this experiment, wait, saying for whom, while another run holds a pool slot. After a
+failed round: one line per failed step or blocking check, with the innermost cause (the traceback only
+with `--debug`).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from resources.lineage import PROCESS_TAG
+
+
+@functools.lru_cache(maxsize=4)
+def round_job_def(data_root: str, job_name: str):
+    from pipelines.definitions import make_definitions
+
+    return make_definitions(data_root).resolve_job_def(job_name)
+
+
+def execute_partition(
+    instance, data_root: str, job_name: str, partition_key, tags: dict[str, str] | None = None
+):
+    """Run one partition of a job in this process against the persistent instance, logging warnings only."""
+    from creditline.liveness import this_process
+
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    return round_job_def(data_root, job_name).execute_in_process(
+        instance=instance,
+        partition_key=partition_key,
+        run_config=quiet,
+        raise_on_error=False,
+        tags={**(tags or {}), PROCESS_TAG: str(this_process())},
+    )
+
+
+def reclaim_dead(instance, data_root: str) -> None:
+    """Reclaim what dead processes left (runs, pool slots, MLflow runs, temp files) and say so."""
+    from creditline.store.orphans import remove_orphans
+    from pipelines.reaper import reap_dead_runs
+
+    for line in reap_dead_runs(instance, data_root):
+        print(line, flush=True)
+    for orphan in remove_orphans(data_root):
+        print(f"removed {orphan.path}: left by a writer that died", flush=True)
+
+
+def wait_for_pools(instance, data_root: str, poll_s: float = 2.0) -> None:
+    """Block until no other run holds a pool slot, saying what we wait for (and reaping as we go)."""
+    from pipelines.reaper import pool_holders, reap_dead_runs
+
+    announced: list[str] = []
+    while held := pool_holders(instance):
+        if held != announced:
+            print("waiting: " + "; ".join(held) + " (Ctrl-C to stop)", flush=True)
+            announced = held
+        time.sleep(poll_s)
+        for line in reap_dead_runs(instance, data_root):
+            print(line, flush=True)
+
+
+def refuse_if_in_flight(instance, experiment: str) -> None:
+    """Another process (the round sensor's run, say) is already running a round of this experiment."""
+    import dagster as dg
+
+    from pipelines.reaper import LIVE, describe_run, run_is_dead
+    from pipelines.sensors import EXPERIMENT_TAG
+
+    for run in instance.get_runs(dg.RunsFilter(tags={EXPERIMENT_TAG: experiment}, statuses=LIVE)):
+        if not run_is_dead(run):
+            from creditline.store.leases import LeaseHeldError
+
+            raise LeaseHeldError(f"experiment {experiment!r} has a round in flight: {describe_run(run)}; "
+                                 "wait for it to finish, or terminate it in the Dagster UI")  # fmt: skip
+
+
+def failure_lines(result, debug: bool) -> list[str]:
+    """What stopped a round: failed steps and failed blocking checks, one line each."""
+    lines = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            if error.cls_name == "DagsterAssetCheckFailedError":
+                continue  # the failed check itself is reported below, with its problem
+            text = error.to_string() if debug else root_message(error)
+            lines.append(f"{event.step_key}: {text}")
+        elif event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.passed:
+            data = event.event_specific_data
+            problem = data.metadata.get("problem")
+            lines.append(f"check {data.check_name} on {data.asset_key.to_user_string()} failed: "
+                         f"{getattr(problem, 'value', problem)}")  # fmt: skip
+    return lines
+
+
+def root_message(error) -> str:
+    """The innermost cause of a Dagster error: what the user's data or code actually said."""
+    while error.cause is not None:
+        error = error.cause
+    return f"{error.cls_name}: {error.message.strip().splitlines()[0] if error.message.strip() else ''}"
