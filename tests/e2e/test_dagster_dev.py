@@ -1,5 +1,9 @@
 """A real `dagster dev` (webserver + daemon): the sensor advances rounds, a backfill re-scores them.
 
+The worker of the sensor's first run is SIGKILLed mid-round: the run must be marked failed within a
+minute (by Dagster's run monitoring through our launcher, or by the sensor's reaper, whichever ticks
+first) and the sensor must request the round again, which then completes.
+
 Started by the test on 127.0.0.1 in its own session and stopped by PID. Everything goes through
 GraphQL, as a user's clicks would: turn the sensor on, then launch a partition backfill of the
 re-score branch (via `creditline rescore`, which finds the running webserver).
@@ -14,12 +18,16 @@ import sys
 import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
+from creditline.liveness import ProcessId
 from creditline.rubrics import RUBRICS
 from creditline.store import LineageStore
+from creditline.store.rounds import round_commits
 from pipelines import dagster_client
 from pipelines.instance import dagster_home
+from pipelines.reaper import PROCESS_TAG, REAPED_TAG
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +84,21 @@ def dagster_dev(tmp_path):
             process.wait(timeout=30)
 
 
+def kill_the_first_run_worker(data_root: Path, log: Path) -> tuple[str, float]:
+    """SIGKILL the process executing the sensor's first run, as soon as it has named itself."""
+    instance = dg.DagsterInstance.from_config(str(data_root / "dagster_home"))
+    found: list = []
+
+    def tagged():
+        found[:] = [r for r in instance.get_runs() if PROCESS_TAG in r.tags]
+        return bool(found)
+
+    wait_for(tagged, 300, "the first run's worker", log)
+    os.kill(ProcessId.parse(found[0].tags[PROCESS_TAG]).pid, signal.SIGKILL)
+    instance.dispose()
+    return found[0].run_id, time.monotonic()
+
+
 def cli(env, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
@@ -93,12 +116,21 @@ def test_sensor_advances_two_rounds_and_a_backfill_rescores_them(dagster_dev):
     assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
 
     store = LineageStore(data_root / "lineage.duckdb")
-    wait_for(
-        lambda: {e.round for e in store.evaluations(EXPERIMENT)} >= {0, 1, 2},
-        600,
-        "two rounds by the sensor",
-        log,
-    )
+    killed, killed_at = kill_the_first_run_worker(data_root, log)
+    instance = dg.DagsterInstance.from_config(str(data_root / "dagster_home"))
+    wait_for(lambda: instance.get_run_by_id(killed).status == dg.DagsterRunStatus.FAILURE, 60,
+             "the killed run marked failed (run monitoring or the sensor)", log)  # fmt: skip
+    assert time.monotonic() - killed_at < 60
+    wait_for(lambda: sorted(round_commits(store, EXPERIMENT)) == [1, 2], 600, "two rounds by the sensor", log)
+    runs = instance.get_runs()
+    assert sorted(r.tags.get("dagster/partition") for r in runs) == [
+        "ui-maze.r001",
+        "ui-maze.r001",
+        "ui-maze.r002",
+    ]
+    assert all(PROCESS_TAG in r.tags for r in runs)  # every run worker named itself
+    assert [r.tags.get(REAPED_TAG) for r in runs if r.status == dg.DagsterRunStatus.FAILURE] == ["true"]
+    instance.dispose()
 
     version = RUBRICS["env-efficient"].version
     launched = cli(
