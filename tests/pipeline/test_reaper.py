@@ -8,7 +8,7 @@ import dagster as dg
 from creditline.liveness import ProcessId, hostname, this_process
 from pipelines.definitions import ROUND_JOB, make_definitions
 from pipelines.instance import DAGSTER_YAML, dagster_home
-from pipelines.reaper import PROCESS_TAG, pool_holders, reap_dead_runs
+from pipelines.reaper import PROCESS_TAG, REAPED_TAG, pool_holders, reap_dead_runs
 from pipelines.run_launcher import CreditlineRunLauncher
 
 DEAD = str(ProcessId(hostname(), 2**22 + 11, 1))  # no such pid on this host
@@ -44,10 +44,13 @@ def test_the_run_launcher_reports_worker_health_from_the_process_tag(tmp_path):
     launcher = CreditlineRunLauncher()
     assert launcher.supports_check_run_worker_health
     with dg.instance_for_test() as instance:
-        status = {name: launcher.check_run_worker_health(_started_run(instance, tmp_path, process)).status.value
-                  for name, process in [("dead", DEAD), ("alive", str(this_process())),
-                                        ("elsewhere", "other-host:1:1"), ("untagged", None)]}  # fmt: skip
+        launcher.register_instance(instance)
+        runs = {name: _started_run(instance, tmp_path, process) for name, process in
+                [("dead", DEAD), ("alive", str(this_process())), ("elsewhere", "other-host:1:1"), ("untagged", None)]}  # fmt: skip
+        status = {name: launcher.check_run_worker_health(run).status.value for name, run in runs.items()}
+        reaped = {name for name, run in runs.items() if REAPED_TAG in instance.get_run_by_id(run.run_id).tags}
     assert status == {"dead": "FAILED", "alive": "RUNNING", "elsewhere": "UNKNOWN", "untagged": "UNKNOWN"}
+    assert reaped == {"dead"}  # the round sensor will retry it
 
 
 def test_the_instance_monitors_runs_with_our_launcher(tmp_path):
