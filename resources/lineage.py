@@ -75,10 +75,17 @@ class LineageResource(dg.ConfigurableResource):
         return self.round_dir(experiment, round_) / "policy"
 
     def experiment(self, name: str) -> ExperimentConfig:
-        stored = self.store().experiment_config(name)
-        if stored is None:
-            raise ValueError(
-                f"experiment {name!r} is not registered in {self.root / CATALOG}; "
-                "start it with `creditline run --experiment NAME` (or register its config) first"
-            )
-        return from_dict(stored)
+        """The registered config of `name` (read once per process: a registered config never changes)."""
+        return _registered_config(self.root / CATALOG, name)
+
+
+@functools.lru_cache(maxsize=64)
+def _registered_config(catalog: Path, name: str) -> ExperimentConfig:
+    """A failed lookup is not cached: an experiment registered later is found."""
+    stored = _store_at(catalog).experiment_config(name)
+    if stored is None:
+        raise ValueError(
+            f"experiment {name!r} is not registered in {catalog}; "
+            "start it with `creditline run --experiment NAME` (or register its config) first"
+        )
+    return from_dict(stored)

@@ -30,6 +30,12 @@ EXPERIMENT_RUN = "experiment"
 """ROUND_TAG value of the experiment's parent run."""
 
 
+_RUN_IDS: dict[tuple[str, str, int], str] = {}
+"""(catalog, experiment, round) -> MLflow run id, per process: recorded once in DuckDB, never changed."""
+_CHECKED: set[tuple[str, str]] = set()
+"""(catalog, run id) whose status this process has already checked (and reopened if needed)."""
+
+
 def _flatten(prefix: str, value, out: dict[str, str]) -> dict[str, str]:
     if isinstance(value, dict):
         for key, item in value.items():
@@ -67,8 +73,12 @@ class TrackerResource(dg.ConfigurableResource):
     def _find_or_create(self, store: LineageStore, experiment: str, round_: int, tag: str, tags: dict,
                         name: str, params: dict | None) -> str:  # fmt: skip
         """The run recorded for (experiment, round), else one found by its tags, else a new one."""
+        key = (store.path, experiment, round_)
+        if key in _RUN_IDS:  # recorded once, never changed (first writer wins): no query per asset
+            return _RUN_IDS[key]
         recorded = tracking_run_id(store, experiment, round_)
         if recorded is not None:
+            _RUN_IDS[key] = recorded
             return recorded
         client = self.client()
         experiment_id = self._experiment_id(client, experiment)
@@ -86,7 +96,8 @@ class TrackerResource(dg.ConfigurableResource):
                 pairs = [Param(k, v) for k, v in sorted(_flatten("", params, {}).items())]
                 for start in range(0, len(pairs), 100):
                     client.log_batch(run_id, params=pairs[start : start + 100])
-        return record_tracking_run(store, experiment, round_, run_id)
+        _RUN_IDS[key] = record_tracking_run(store, experiment, round_, run_id)
+        return _RUN_IDS[key]
 
     def experiment_run(self, store: LineageStore, experiment: str, config: dict) -> str:
         """The experiment's parent run (the config as its params), created on first use."""
@@ -102,11 +113,12 @@ class TrackerResource(dg.ConfigurableResource):
         run_id = self._find_or_create(store, experiment, round_, str(round_),
                                       {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
                                       f"{experiment} round {round_}", None)  # fmt: skip
-        if round_ not in round_commits(store, experiment):
+        if (store.path, run_id) not in _CHECKED and round_ not in round_commits(store, experiment):
             client = self.client()
             for rid in (parent, run_id):
                 if client.get_run(rid).info.status != "RUNNING":
                     client.update_run(rid, status="RUNNING")
+        _CHECKED.add((store.path, run_id))  # this process has (re)opened it, or found the round committed
         return run_id
 
     def log(self, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
