@@ -6,7 +6,7 @@ makes every rubric version a partition. Then, for each experiment in the lineage
 `creditline run` holds the experiment's lease or a round of it is in flight, it requests the first
 round without a commit point, up to the config's `rounds`, adding its partition. A round whose last
 run was killed (reaped) is requested again, up to MAX_ATTEMPTS; a round that failed for another
-reason waits for a person. The run key is the partition key (plus the attempt), so a repeated tick
+reason (a step failed) waits for a person. The run key is the partition key (plus the attempt), so a repeated tick
 never launches the same attempt twice. An optional cron window (UTC) limits when rounds may start.
 """
 
@@ -36,13 +36,22 @@ def _in_flight(instance: dg.DagsterInstance, experiment: str) -> dg.DagsterRun |
     return runs[0] if runs else None
 
 
+def _was_killed(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """A failed run whose process died (reaped by us, or found dead by Dagster's launcher) rather than
+    one whose code failed: no step of it failed."""
+    if run.tags.get(REAPED_TAG) == "true":
+        return True
+    failures = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1)
+    return not failures.records
+
+
 def _next_request(instance: dg.DagsterInstance, experiment: str, round_: int) -> dg.RunRequest | str:
     """The run request for `round_`, or why it must wait."""
     key = round_key(experiment, round_)
     runs = instance.get_runs(dg.RunsFilter(tags={"dagster/partition": key}))  # newest first
     attempt = len(runs) + 1
     if runs and runs[0].status == dg.DagsterRunStatus.FAILURE:
-        if runs[0].tags.get(REAPED_TAG) != "true":
+        if not _was_killed(instance, runs[0]):
             return (f"{experiment}: round {round_} failed (dagster run {runs[0].run_id[:8]}); "
                     "fix the cause, then re-execute it or `creditline run`")  # fmt: skip
         if attempt > MAX_ATTEMPTS:

@@ -3,6 +3,7 @@ from datetime import datetime
 import dagster as dg
 import pytest
 
+from creditline import rubrics
 from creditline.config import from_dict
 from pipelines.cron_window import in_window
 from pipelines.definitions import ROUND_JOB, make_definitions
@@ -65,7 +66,7 @@ def test_sensor_starts_advances_and_stops_each_experiment_on_its_own(tmp_path):
         assert {e.round for e in lineage.store().evaluations("beta")} == set()  # beta untouched by alpha
 
 
-def test_sensor_waits_for_a_failed_round_but_retries_a_killed_one(tmp_path):
+def test_sensor_waits_for_a_failed_round_but_retries_a_killed_one(tmp_path, monkeypatch):
     """A round that failed on its own waits for a person; one whose process died is requested again."""
     from creditline.liveness import ProcessId
     from pipelines.reaper import PROCESS_TAG
@@ -75,11 +76,15 @@ def test_sensor_waits_for_a_failed_round_but_retries_a_killed_one(tmp_path):
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("rounds", ["gamma.r001"])
         job = make_definitions(str(tmp_path)).resolve_job_def(ROUND_JOB)
-        dead = str(ProcessId("no-such-host-but-here", 999999, 1))
-        run = instance.create_run_for_job(job, tags={"dagster/partition": "gamma.r001",
-                                                    "creditline/experiment": "gamma"})  # fmt: skip
-        instance.handle_new_event(_engine_event(run.run_id))  # a STARTED run, as a killed worker leaves it
-        instance.report_run_failed(run)  # the plain failure: waits
+
+        def broken(steps):  # a rubric that fails: a step failure, which a person must look at
+            raise ValueError("broken rubric")
+
+        bad = rubrics.Rubric("env", (rubrics.Criterion("env_reward", broken, "step"),))
+        with monkeypatch.context() as patch:
+            patch.setitem(rubrics.RUBRICS, "env", bad)
+            assert not job.execute_in_process(instance=instance, partition_key="gamma.r001",
+                                              raise_on_error=False, tags={"creditline/experiment": "gamma"}).success  # fmt: skip
         requests, waiting, _ = next_rounds(instance, lineage)
         assert requests == [] and any("round 1 failed" in w for w in waiting)
 
@@ -93,6 +98,15 @@ def test_sensor_waits_for_a_failed_round_but_retries_a_killed_one(tmp_path):
         assert any("cleaned up dagster run" in line for line in cleaned)
         assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
         assert [(r.partition_key, r.run_key) for r in requests] == [("gamma.r001", "gamma.r001/attempt-3")]
+
+        from pipelines.sensors import _was_killed
+
+        died = instance.create_run_for_job(job, tags={"dagster/partition": "gamma.r001"})
+        instance.handle_new_event(_engine_event(died.run_id))
+        instance.report_run_failed(
+            died
+        )  # as Dagster does when a run worker exits unexpectedly: no step failed
+        assert _was_killed(instance, instance.get_run_by_id(died.run_id))
 
 
 def _engine_event(run_id: str):
