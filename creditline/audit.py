@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from creditline.store import ArtifactRecord, LineageNode, LineageStore, check_on_disk
+from creditline.store.rounds import tracking_runs
 
 KIND_ORDER = [
     "checkpoint",
@@ -144,14 +145,18 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
     record = store.artifact(experiment, round_, "checkpoint") if round_ is not None else None
     if record is None:
         return None
-    mlflow_ids = {(r.dagster_run_id, r.round): r.mlflow_run_id for r in store.runs(experiment)}
+    # A round has one MLflow run (created once, recorded in `tracking_runs`), whichever attempt wrote an
+    # artifact: a stage reused after a kill keeps the killed attempt's Dagster run id.
+    by_round = {r: run_id for r, run_id in tracking_runs(store, experiment).items() if r >= 1}
+    by_run = {(r.dagster_run_id, r.round): r.mlflow_run_id for r in store.runs(experiment)}
 
     def entry(artifact: ArtifactRecord, relation: str) -> AuditEntry:
         return AuditEntry(
             round=artifact.round, kind=artifact.kind, variant=artifact.variant, content_hash=artifact.content_hash,
             path=artifact.path, on_disk=problem.kind if (problem := check_on_disk(artifact)) else "ok", relation=relation,
             detail=_detail(artifact.kind, dict(artifact.meta)), dagster_run_id=artifact.dagster_run_id,
-            mlflow_run_id=mlflow_ids.get((artifact.dagster_run_id, artifact.round)), experiment=artifact.experiment,
+            mlflow_run_id=by_round.get(artifact.round) or by_run.get((artifact.dagster_run_id, artifact.round)),
+            experiment=artifact.experiment,
         )  # fmt: skip
 
     chain = store.lineage_chain(record.content_hash)
