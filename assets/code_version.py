@@ -19,6 +19,7 @@ code is outside the package and outside the version.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import sys
@@ -67,9 +68,14 @@ def import_closure(modules: Iterable[str | ModuleType], package: str = CORE_PACK
 
 def imported_modules(name: str, path: Path, package: str = CORE_PACKAGE) -> set[str]:
     """Names of the `package` modules (and candidate submodules) that the file `path` of `name` imports."""
-    is_package = path.name == "__init__.py"
+    return _imports_in_source(name, path.name == "__init__.py", path.read_bytes(), package)
+
+
+@functools.lru_cache(maxsize=1024)
+def _imports_in_source(name: str, is_package: bool, source: bytes, package: str) -> frozenset[str]:
+    """Cached by source text: every asset walks the same core modules, each file is parsed once."""
     found: set[str] = set()
-    for node in _runtime_imports(ast.parse(path.read_bytes(), filename=str(path))):
+    for node in _runtime_imports(ast.parse(source, filename=name)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -79,7 +85,7 @@ def imported_modules(name: str, path: Path, package: str = CORE_PACKAGE) -> set[
             found.add(base)
             # `from pkg import x`: x is a submodule or an attribute; `_add` keeps only real modules
             found |= {f"{base}.{alias.name}" for alias in node.names if alias.name != "*"}
-    return {m for m in found if _in_package(m, package)}
+    return frozenset(m for m in found if _in_package(m, package))
 
 
 def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:

@@ -22,9 +22,9 @@ def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, r
     """Evaluate one checkpoint, write its episode table, record its summary; returns the table's record."""
     parents = [(policy.content_hash, "evaluates")]
     record = recorded_output(lineage, config.name, round_, "evaluation", parents)
-    evaluated = {e.round: e.policy_hash for e in lineage.store().evaluations(config.name)}
-    if record is not None and evaluated.get(round_) == policy.content_hash:  # an earlier attempt got this far
-        return record
+    if record is not None and any(e.round == round_ and e.policy_hash == policy.content_hash
+                                  for e in lineage.store().evaluations(config.name)):  # fmt: skip
+        return record  # an earlier attempt got this far
     verify_checkpoint(policy)
     episodes, summary = evaluate(
         engine.load(policy.path, config.rollouts), load_tokenizer(policy.path),

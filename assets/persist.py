@@ -12,6 +12,7 @@ from creditline.config import ExperimentConfig
 from creditline.faults import failpoint
 from creditline.store import ArtifactRecord, RunRecord, check_on_disk, read_parquet, write_parquet_atomic
 from resources import LineageResource, TrackerResource
+from resources.tracker import SERIES_MARK
 from schemas import SCHEMAS, validate
 
 
@@ -126,8 +127,8 @@ def log_round(
         tags={f"dagster_run_id.{asset}": context.run_id, f"data_version.{asset}": record.content_hash},
         artifacts=artifacts,
     )
-    if series and not any(key.startswith(f"{asset}.update/") for key in logged):
-        tracker.log_series(run_id, series, prefix=f"{asset}.update")
+    if series and not any(key.startswith(f"{asset}{SERIES_MARK}") for key in logged):
+        tracker.log_series(run_id, series, asset)
     failpoint(f"mlflow:{asset}")
     store.record_run(
         RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, params)

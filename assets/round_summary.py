@@ -15,10 +15,9 @@ from creditline.faults import failpoint
 from creditline.store import config_hash
 from creditline.store.rounds import ROUND_KINDS, RoundCommit, record_round_commit
 from resources import LineageResource, TrackerResource
+from resources.tracker import SERIES_MARK
 
 VERSION = code_version(__name__)
-SERIES_MARK = ".update/"
-"""Metric keys with this mark are per-update series; they stay on the round's run."""
 
 
 @dg.asset(
@@ -33,14 +32,17 @@ def round_summary(context: dg.AssetExecutionContext, lineage: LineageResource, t
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
     store = lineage.store()
-    records = {kind: store.artifact(experiment, round_, kind) for kind in ROUND_KINDS}
+    recorded = {a.kind: a for a in store.artifacts(experiment, round_) if a.variant == ""}  # one query
+    records = {kind: recorded.get(kind) for kind in ROUND_KINDS}
     if missing := sorted(kind for kind, record in records.items() if record is None):
         raise ValueError(
             f"{experiment} round {round_}: {missing} not recorded; the round cannot be committed"
         )
     run_id = tracker.round_run(store, experiment, round_, config.to_dict())
     parent = tracker.experiment_run(store, experiment, config.to_dict())
-    metrics = {k: v for k, v in tracker.client().get_run(run_id).data.metrics.items() if SERIES_MARK not in k}
+    metrics = {
+        k: v for k, v in tracker.client().get_run(run_id).data.metrics.items() if SERIES_MARK not in k
+    }  # series stay on the round's run
     if not tracker.logged_at_step(parent, "evaluation/success_rate", round_):
         tracker.log(parent, metrics=metrics, step=round_)
     tracker.close(run_id)

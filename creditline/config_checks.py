@@ -37,13 +37,13 @@ import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields, is_dataclass
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
 import pandas as pd
 
 from creditline.envs import ENVIRONMENTS, make_env
+from creditline.param_kinds import is_number, kind_mismatch, whole_number
 
 
 def registered(module: str, name: str) -> Callable[[], Any]:
@@ -156,21 +156,6 @@ def interval(text: str) -> Interval:
         raise ValueError(f"not an interval: {text!r} (write it as [1, 10] or (0, 1])")
     opening, low, high, closing = match.groups()
     return Interval(text, float(low), float(high), opening == "(", closing == ")")
-
-
-def whole_number(value: Any) -> int | None:
-    """`value` as an int if it is a whole number (not a bool), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, Integral):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
 
 
 def check_value(hint: Any, rule: Mapping[str, Any], value: Any) -> tuple[Any, str | None]:
@@ -322,20 +307,13 @@ def parameter_problems(
         allowed = f"unknown parameter{'s' * (len(unknown) > 1)} {names} of {owner}; known: {', '.join(sorted(defaults))}"
         problems.append(Problem(path, params, allowed + note))
     for key, value in params.items():
-        default = defaults.get(key)
-        if isinstance(default, bool):
-            ok, kind = isinstance(value, bool), "true or false"
-        elif isinstance(default, int):
-            ok, kind = whole_number(value) is not None and not isinstance(value, float), "an integer"
-        elif isinstance(default, float):
-            ok, kind = is_number(value) and math.isfinite(value), "a finite number"
-        elif isinstance(default, str):
-            ok, kind = isinstance(value, str), "a string"
-        else:
-            continue
-        if not ok:
+        if (kind := kind_mismatch(value, defaults.get(key))) is not None:
             problems.append(
-                Problem(f"{path}.{key_text(key)}", value, f"must be {kind}, like the default {show(default)}")
+                Problem(
+                    f"{path}.{key_text(key)}",
+                    value,
+                    f"must be {kind}, like the default {show(defaults[key])}",
+                )
             )
     return problems
 

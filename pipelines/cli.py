@@ -27,7 +27,9 @@ from pathlib import Path
 from creditline.config import ExperimentConfig, load_config
 from creditline.store import LineageStore
 from pipelines.round_runner import (
+    RoundStopped,
     execute_partition,
+    failure_kind,
     failure_lines,
     reclaim_dead,
     refuse_if_in_flight,
@@ -62,7 +64,6 @@ def cmd_run(args) -> int:
     from creditline.store.rounds import round_commits
     from pipelines.definitions import ROUND_JOB
     from pipelines.instance import get_instance
-    from pipelines.reaper import close_round_tracking
     from pipelines.rubric_partitions import sync_rubric_partitions
     from pipelines.sensors import EXPERIMENT_TAG
 
@@ -84,30 +85,44 @@ def cmd_run(args) -> int:
         store.register_experiment(config.name, config.to_dict())
         sync_rubric_partitions(instance, store)
         print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}", flush=True)
+        committed = round_commits(store, config.name)  # a commit is never taken back
         for round_ in range(1, rounds + 1):
-            if round_ in round_commits(store, config.name):
+            if round_ in committed:
                 continue
             key = round_key(config.name, round_)
             if not instance.has_dynamic_partition(ROUNDS.name, key):
                 instance.add_dynamic_partitions(ROUNDS.name, [key])
             wait_for_pools(instance, args.data_root)
             start = time.perf_counter()
-            result = execute_partition(
-                instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: config.name}
-            )
+            result = execute_partition(instance, args.data_root, ROUND_JOB, key,
+                                       tags={EXPERIMENT_TAG: config.name}, debug=args.debug)  # fmt: skip
             if not result.success:
-                close_round_tracking(args.data_root, config.name, round_, "FAILED")
-                lines = failure_lines(result, args.debug) or ["see the run in the Dagster UI"]
-                print(f"round {round_} failed (dagster run {result.run_id[:8]}):", file=sys.stderr)
-                for line in lines:
-                    print(f"  {line}", file=sys.stderr)
-                return 1
+                return _round_failed(args, config.name, round_, result)
             latest = {e.round: e for e in store.evaluations(config.name)}
             print(f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
                   f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
                   f"{time.perf_counter() - start:5.1f} s", flush=True)  # fmt: skip
     _print_report(store.evaluations(config.name))
     return 0
+
+
+def _round_failed(args, experiment: str, round_: int, result) -> int:
+    """Say why a round failed: an interrupt ends like Ctrl-C, a failed blocking check is an expected
+    error (exit 2), anything else a failed round (exit 1)."""
+    from pipelines.reaper import close_round_tracking
+
+    kind = failure_kind(result)
+    close_round_tracking(args.data_root, experiment, round_, "KILLED" if kind == "interrupted" else "FAILED")
+    if kind == "interrupted":
+        raise KeyboardInterrupt
+    lines = failure_lines(result, args.debug) or ["see the run in the Dagster UI"]
+    run = f"dagster run {result.run_id[:8]}"
+    if kind == "check":
+        raise RoundStopped("\n".join([f"round {round_} stopped before training ({run}):", *lines]))
+    print(f"round {round_} failed ({run}):", file=sys.stderr)
+    for line in lines:
+        print(f"  {line}", file=sys.stderr)
+    return 1
 
 
 def cmd_register(args) -> int:
@@ -192,7 +207,7 @@ def cmd_rescore(args) -> int:
         )
         return 0
     for round_, key in zip(rounds, keys, strict=True):
-        result = execute_partition(instance, args.data_root, RESCORE_JOB, key)
+        result = execute_partition(instance, args.data_root, RESCORE_JOB, key, debug=args.debug)
         if not result.success:
             print(f"re-scoring round {round_} failed (dagster run {result.run_id[:8]}):", file=sys.stderr)
             for line in failure_lines(result, args.debug):
@@ -275,11 +290,12 @@ def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> 
 
 
 def cmd_verify(args) -> int:
+    from creditline.store import orphan_problems
     from creditline.store.rounds import round_problems
 
     store = _store(args.data_root)
     _known_experiment(store, args.experiment)
-    problems = store.verify(args.experiment, data_root=args.data_root)
+    problems = store.verify(args.experiment) + orphan_problems(args.data_root)
     problems += round_problems(store, args.experiment)
     problems += _tracking_problems(args.data_root, store, args.experiment)
     if args.json:
@@ -411,7 +427,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from creditline.store.leases import LeaseHeldError
     from schemas import TableValidationError
 
-    return (UsageError, ConfigError, ExperimentConfigMismatch, StoreLockedError, LeaseHeldError,
+    return (UsageError, RoundStopped, ConfigError, ExperimentConfigMismatch, StoreLockedError, LeaseHeldError,
             ParentCheckpointError, TableValidationError, AdvantageInputError)  # fmt: skip
 
 
@@ -424,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     args.data_root = str(Path(args.data_root or default_data_root()).resolve())
     os.environ[DATA_ROOT_ENV] = args.data_root
     signal.signal(signal.SIGTERM, _interrupt)  # a polite kill ends like Ctrl-C: the run is marked failed
+    if not args.debug:  # MLflow announces its database migrations on stderr (read when mlflow is imported)
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
         return args.func(args)
     except KeyboardInterrupt:

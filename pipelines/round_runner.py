@@ -22,12 +22,21 @@ def round_job_def(data_root: str, job_name: str):
 
 
 def execute_partition(
-    instance, data_root: str, job_name: str, partition_key, tags: dict[str, str] | None = None
+    instance,
+    data_root: str,
+    job_name: str,
+    partition_key,
+    tags: dict[str, str] | None = None,
+    debug: bool = False,
 ):
-    """Run one partition of a job in this process against the persistent instance, logging warnings only."""
+    """Run one partition of a job in this process against the persistent instance.
+
+    Dagster's console log stays silent (its step failures come with stack traces); `failure_lines` says
+    what went wrong in one line each. With `debug`, Dagster's warnings and errors are shown as they happen.
+    """
     from creditline.liveness import this_process
 
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING" if debug else "CRITICAL"}}}}
     return round_job_def(data_root, job_name).execute_in_process(
         instance=instance,
         partition_key=partition_key,
@@ -77,13 +86,31 @@ def refuse_if_in_flight(instance, experiment: str) -> None:
                                  "wait for it to finish, or terminate it in the Dagster UI")  # fmt: skip
 
 
+class RoundStopped(RuntimeError):
+    """A blocking check failed: the round stopped before training on bad data (an expected failure)."""
+
+
+INTERRUPTED = "DagsterExecutionInterruptedError"
+CHECK_FAILED = "DagsterAssetCheckFailedError"
+
+
+def failure_kind(result) -> str:
+    """Why a run failed: "interrupted" (Ctrl-C or SIGTERM), "check" (only blocking checks), or "error"."""
+    causes = {
+        event.event_specific_data.error.cls_name for event in result.all_events if event.is_step_failure
+    }
+    if INTERRUPTED in causes:
+        return "interrupted"
+    return "check" if causes == {CHECK_FAILED} else "error"
+
+
 def failure_lines(result, debug: bool) -> list[str]:
     """What stopped a round: failed steps and failed blocking checks, one line each."""
     lines = []
     for event in result.all_events:
         if event.is_step_failure:
             error = event.event_specific_data.error
-            if error.cls_name == "DagsterAssetCheckFailedError":
+            if error.cls_name == CHECK_FAILED:
                 continue  # the failed check itself is reported below, with its problem
             text = error.to_string() if debug else root_message(error)
             lines.append(f"{event.step_key}: {text}")

@@ -26,6 +26,8 @@ from creditline.store.rounds import EXPERIMENT_RUN_ROUND, record_tracking_run, r
 ROUND_TAG = "creditline.round"
 EXPERIMENT_TAG = "creditline.experiment"
 PARENT_TAG = "mlflow.parentRunId"
+SERIES_MARK = ".update/"
+"""In the key of every per-update series (`<asset>.update/<metric>`, step = update index)."""
 EXPERIMENT_RUN = "experiment"
 """ROUND_TAG value of the experiment's parent run."""
 
@@ -136,12 +138,12 @@ class TrackerResource(dg.ConfigurableResource):
         for path in artifacts or []:
             client.log_artifact(run_id, path)
 
-    def log_series(self, run_id: str, rows: list[dict[str, float]], prefix: str) -> None:
-        """One metric series per column of `rows` (step = row index): e.g. per-update training curves."""
+    def log_series(self, run_id: str, rows: list[dict[str, float]], asset: str) -> None:
+        """One metric series `<asset>.update/<column>` per column of `rows` (step = row index)."""
         from mlflow.entities import Metric
 
         stamp = _now_ms()
-        metrics = [Metric(f"{prefix}/{k}", float(v), stamp, step) for step, row in enumerate(rows)
+        metrics = [Metric(f"{asset}{SERIES_MARK}{k}", float(v), stamp, step) for step, row in enumerate(rows)
                    for k, v in row.items()]  # fmt: skip
         client = self.client()
         for start in range(0, len(metrics), 1000):

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from creditline.param_kinds import kind_mismatch
+
 from .conventions import CREDITLINE, PRESETS, Conventions
 from .table import REQUIRED_COLUMNS, StepTable, build_step_table
 
@@ -106,29 +108,16 @@ def resolve(estimator: str, params: Mapping[str, Any]) -> tuple[Estimator, dict[
             f"valid: {sorted(est.defaults) + ['conventions']}"
         )
     for name, value in params.items():
-        if name != "conventions" and not _same_kind(value, est.defaults[name]):
+        if name != "conventions" and (kind := kind_mismatch(value, est.defaults[name])) is not None:
             raise ValueError(
-                f"parameter {name!r} of estimator {estimator!r} must be "
-                f"{type(est.defaults[name]).__name__} like its default {est.defaults[name]!r}, got {value!r}"
+                f"parameter {name!r} of estimator {estimator!r} must be {kind}, "
+                f"like its default {est.defaults[name]!r}; got {value!r}"
             )
     full = {**est.defaults, **{k: v for k, v in params.items() if k != "conventions"}}
     conv = params.get("conventions", "creditline")
     if isinstance(conv, Conventions):
         return est, full, conv
     return est, full, _preset(est, conv, full)
-
-
-def _same_kind(value: Any, default: Any) -> bool:
-    """A parameter value of the default's kind: bool for bool, int for int, a number for float, str for str."""
-    if default is None:
-        return True
-    if isinstance(default, bool) or isinstance(value, bool | np.bool_):
-        return isinstance(value, bool | np.bool_) and isinstance(default, bool)
-    if isinstance(default, int):
-        return isinstance(value, int | np.integer)
-    if isinstance(default, float):
-        return isinstance(value, int | float | np.integer | np.floating)
-    return isinstance(value, type(default))
 
 
 def _preset(est: Estimator, preset: Any, full: Mapping[str, Any]) -> Conventions:

@@ -31,7 +31,6 @@ from creditline.faults import failpoint
 from creditline.store.connection import RetryPolicy, run_transaction
 from creditline.store.errors import ExperimentConfigMismatch
 from creditline.store.files import canonical_json, config_hash, hash_path
-from creditline.store.orphans import orphan_problems
 from creditline.store.records import ArtifactRecord, EvaluationRecord, LineageNode, Problem, RunRecord
 from creditline.store.schema import create_schema
 
@@ -386,7 +385,7 @@ class LineageStore:
             frontier = sorted(next_frontier)
         return nodes
 
-    def verify(self, experiment: str, data_root: str | os.PathLike[str] | None = None) -> list[Problem]:
+    def verify(self, experiment: str) -> list[Problem]:
         """Re-hash every artifact of ``experiment``, check its edges both ways; return what disagrees.
 
         Files: "missing" (the recorded path is gone; only local paths can be checked) and "changed" (it
@@ -395,8 +394,7 @@ class LineageStore:
         of that hash declares), "dangling" (an edge's parent hash is carried by no artifact: register roots
         such as the initial policy). "orphan_edge": an edge whose child hash no artifact carries, whose
         parent is one of the experiment's artifacts or is unrecorded too (a deleted row, an edited hash).
-        With ``data_root``, also "orphan": temp files of dead writers anywhere under it (they belong to the
-        data root, not to one experiment; see ``orphans``).
+        Temp files of dead writers belong to the data root, not to the catalog: ``orphans.orphan_problems``.
         """
         problems = [p for record in self.artifacts(experiment) if (p := check_on_disk(record))]
         found = self.transaction(lambda con: {kind: con.execute(sql, [experiment]).fetchall()
@@ -412,8 +410,6 @@ class LineageStore:
                     problems.append(Problem("orphan_edge", path or "", child, None, detail))
                 else:
                     problems.append(Problem(kind, path, parent, None, detail))
-        if data_root is not None:
-            problems += orphan_problems(data_root)
         return problems
 
 

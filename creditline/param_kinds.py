@@ -1,0 +1,46 @@
+"""Parameter values of their default's kind: one rule for configs, the command line and the Python API.
+
+Environments and advantage estimators declare their parameters by their defaults (`gamma: float = 0.95`).
+A value stands where a default does when it is of the same kind: true/false for a bool, a whole number
+(not a bool, not a float) for an int, a finite number for a float, a string for a string. A default of
+None accepts anything. `config_checks` reports a mismatch as a config problem; the estimator registry
+refuses it in `resolve`, so `creditline advantages --param` and `compute(...)` obey the same rule.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+
+def whole_number(value: Any) -> int | None:
+    """`value` as an int if it is a whole number (not a bool), else None."""
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, Integral):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool | np.bool_)
+
+
+def kind_mismatch(value: Any, default: Any) -> str | None:
+    """What a value must be to stand where `default` does ("an integer", ...), or None if `value` may."""
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, bool | np.bool_), "true or false"
+    elif isinstance(default, int):
+        ok, kind = isinstance(value, Integral) and whole_number(value) is not None, "an integer"
+    elif isinstance(default, float):
+        ok, kind = is_number(value) and math.isfinite(value), "a finite number"
+    elif isinstance(default, str):
+        ok, kind = isinstance(value, str), "a string"
+    else:
+        return None
+    return None if ok else kind
