@@ -89,3 +89,21 @@ def test_run_says_what_it_waits_for_and_goes_on_when_the_slot_frees(tmp_path, ca
         assert time.monotonic() - start >= 0.4
     out = capsys.readouterr().out
     assert f"waiting: pool 'gpu' is held by dagster run {other.run_id[:8]} (round other.r001" in out
+
+
+def test_run_refuses_while_a_live_process_runs_a_round_of_the_experiment(tmp_path):
+    import pytest
+
+    from creditline.store.leases import LeaseHeldError
+    from pipelines.round_runner import refuse_if_in_flight
+
+    with dg.instance_for_test() as instance:
+        live = _started_run(instance, tmp_path, str(this_process()), "busy.r001")
+        instance.add_run_tags(live.run_id, {"creditline/experiment": "busy"})
+        dead = _started_run(instance, tmp_path, DEAD, "idle.r001")
+        instance.add_run_tags(dead.run_id, {"creditline/experiment": "idle"})
+        with pytest.raises(
+            LeaseHeldError, match=f"experiment 'busy' has a round in flight: dagster run {live.run_id[:8]}"
+        ):
+            refuse_if_in_flight(instance, "busy")
+        refuse_if_in_flight(instance, "idle")  # its only run is dead: nothing to wait for

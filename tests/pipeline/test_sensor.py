@@ -151,3 +151,19 @@ def test_a_failed_round_gets_its_mlflow_runs_closed_failed(tmp_path):
         ).for_run_failure()  # fmt: skip
         round_failure_sensor(context)
     assert tracker.status(child) == tracker.status(parent) == "FAILED"
+
+
+def test_sensor_leaves_an_experiment_alone_while_a_run_holds_its_lease(tmp_path):
+    from creditline.store.leases import acquire_lease, release_lease
+
+    lineage = LineageResource(data_root=str(tmp_path))
+    lineage.store().register_experiment("held", from_dict({**TINY, "name": "held"}).to_dict())
+    lease = acquire_lease(lineage.store(), "held")
+    with dg.instance_for_test() as instance:
+        requests, waiting, _ = next_rounds(instance, lineage)
+        assert requests == [] and any(
+            w.startswith("held: being run by `creditline run` (pid ") for w in waiting
+        )
+        release_lease(lineage.store(), lease)
+        requests, _, _ = next_rounds(instance, lineage)
+        assert [r.partition_key for r in requests] == ["held.r001"]

@@ -1,0 +1,72 @@
+"""How `creditline run` ends when a round does not finish: interrupted, or stopped by a blocking check.
+
+SIGTERM (or Ctrl-C) mid-round: one line, exit 130, the round left for a plain re-run to complete.
+A stored table corrupted behind the store's back: the blocking check stops the round before training,
+reported as `error:` lines (exit 2), with no Dagster log or traceback.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from creditline.store import LineageStore, read_parquet, write_parquet_atomic
+from creditline.store.rounds import round_commits
+
+pytestmark = pytest.mark.slow
+TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pipelines.cli", *args]
+
+
+def _env(data_root: Path, fault: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "CREDITLINE_FAULT"}
+    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1"}
+    return env | ({"CREDITLINE_FAULT": fault} if fault else {})
+
+
+def test_sigterm_mid_round_ends_in_one_line_and_a_rerun_completes(tmp_path):
+    run = _command("run", "--experiment", "term", "--config", str(TINY))
+    process = subprocess.Popen(
+        run, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().startswith("experiment term: 2 rounds")
+    store = LineageStore(tmp_path / "lineage.duckdb")
+    while store.artifact("term", 1, "steps") is None:  # mid-round: rollouts recorded, training not yet
+        assert process.poll() is None, process.stderr.read()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 130
+    assert err.splitlines() == [
+        "interrupted: the round in progress stays incomplete; `creditline run` again completes it"
+    ]
+    assert round_commits(store, "term") == {}
+    rerun = subprocess.run(run, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(round_commits(store, "term")) == [1, 2]
+    verify = subprocess.run(_command("verify", "--experiment", "term"), env=_env(tmp_path), capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout
+
+
+def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path):
+    run = _command("run", "--experiment", "checked", "--config", str(TINY))
+    killed = subprocess.run(run, env=_env(tmp_path, "after:advantages:1"), capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL
+    steps = LineageStore(tmp_path / "lineage.duckdb").artifact("checked", 1, "steps")
+    write_parquet_atomic(read_parquet(steps.path).iloc[1:], steps.path)  # valid Parquet, one row short
+    stopped = subprocess.run(run, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert stopped.returncode == 2
+    lines = stopped.stderr.splitlines()
+    assert lines[0].startswith("error: round 1 stopped before training (dagster run ")
+    assert (
+        lines[1].startswith("error: check steps_stored_and_valid on steps failed: ") and "changed" in lines[1]
+    )
+    assert len(lines) == 2 and "Traceback" not in stopped.stderr
+    assert LineageStore(tmp_path / "lineage.duckdb").artifact("checked", 1, "checkpoint") is None
