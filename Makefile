@@ -38,7 +38,7 @@ run: install
 	$(BIN)/creditline report
 
 test: install-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=10
 
 ui: install
 	$(BIN)/python -c "from pipelines.instance import dagster_home; dagster_home('$(DATA_ROOT)')"
