@@ -12,8 +12,6 @@ reaches the same verdict through `pipelines.run_launcher`.
 
 from __future__ import annotations
 
-import contextlib
-
 import dagster as dg
 
 from creditline.liveness import ProcessId, is_alive, this_process
@@ -74,30 +72,26 @@ def reap_dead_runs(instance: dg.DagsterInstance, data_root: str | None = None) -
     return lines
 
 
+def _slot_holders(instance: dg.DagsterInstance) -> list[tuple[str, str, dg.DagsterRun | None]]:
+    """(pool, run id, run) for every claimed slot of our pools (an unconfigured pool has none)."""
+    return [(pool, run_id, instance.get_run_by_id(run_id)) for pool in POOLS
+            for run_id in sorted(instance.event_log_storage.get_concurrency_info(pool).active_run_ids)]  # fmt: skip
+
+
 def free_stale_slots(instance: dg.DagsterInstance) -> list[str]:
     """Free pool slots still claimed by runs that are no longer in flight."""
     lines = []
-    for pool in POOLS:
-        with contextlib.suppress(Exception):  # no pool configured yet: nothing claimed
-            for run_id in instance.event_log_storage.get_concurrency_info(pool).active_run_ids:
-                run = instance.get_run_by_id(run_id)
-                if run is None or run.status not in IN_FLIGHT:
-                    instance.event_log_storage.free_concurrency_slots_for_run(run_id)
-                    lines.append(f"freed the {pool!r} pool slot of finished dagster run {run_id[:8]}")
+    for pool, run_id, run in _slot_holders(instance):
+        if run is None or run.status not in IN_FLIGHT:
+            instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+            lines.append(f"freed the {pool!r} pool slot of finished dagster run {run_id[:8]}")
     return lines
 
 
 def pool_holders(instance: dg.DagsterInstance) -> list[str]:
     """Who holds each pool's slots now, for a person waiting on them."""
-    held = []
-    for pool in POOLS:
-        with contextlib.suppress(Exception):
-            for run_id in instance.event_log_storage.get_concurrency_info(pool).active_run_ids:
-                run = instance.get_run_by_id(run_id)
-                held.append(
-                    f"pool {pool!r} is held by " + (describe_run(run) if run else f"run {run_id[:8]}")
-                )
-    return held
+    return [f"pool {pool!r} is held by " + (describe_run(run) if run else f"run {run_id[:8]}")
+            for pool, run_id, run in _slot_holders(instance)]  # fmt: skip
 
 
 def close_round_tracking(data_root: str, experiment: str, round_: int, status: str) -> list[str]:
