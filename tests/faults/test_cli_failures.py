@@ -46,6 +46,11 @@ def test_sigterm_mid_round_ends_in_one_line_and_a_rerun_completes(tmp_path):
         "interrupted: the round in progress stays incomplete; `creditline run` again completes it"
     ]
     assert round_commits(store, "term") == {}
+    audit = subprocess.run(_command("verify", "--experiment", "term"), env=_env(tmp_path), capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert audit.returncode == 1
+    assert "incomplete  term/1: round has" in audit.stdout  # no commit point: the round is not done
+    assert "MLflow round 1's run" in audit.stdout and "is KILLED, not FINISHED" in audit.stdout
     rerun = subprocess.run(run, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(round_commits(store, "term")) == [1, 2]
