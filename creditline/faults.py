@@ -2,8 +2,9 @@
 
 The fault tests (tests/faults/) run `creditline run` with `CREDITLINE_FAULT=<name>:<n>` and the
 process SIGKILLs itself the n-th time it reaches the failpoint `<name>` (default n = 1): no cleanup,
-no `finally`, exactly like an OOM kill or a pre-empted node. Without the variable a failpoint is a
-dictionary lookup. Names used in the code:
+no `finally`, exactly like an OOM kill or a pre-empted node. `CREDITLINE_FAULT_SIGNAL=TERM` (or INT)
+sends that signal instead: a polite stop that lands at a known place. Without the variables a failpoint
+is a dictionary lookup. Names used in the code:
 
     write:<file name>        a file or folder is complete under its temp name, not yet renamed
     lineage:<kind>           inside the lineage transaction that records an artifact, before COMMIT
@@ -20,6 +21,7 @@ import signal
 from collections import Counter
 
 FAULT_ENV = "CREDITLINE_FAULT"
+SIGNAL_ENV = "CREDITLINE_FAULT_SIGNAL"
 
 
 def _parse(spec: str) -> tuple[str, int]:
@@ -30,13 +32,14 @@ def _parse(spec: str) -> tuple[str, int]:
 
 
 _TARGET = _parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) else None
+_SIGNAL = signal.Signals[f"SIG{os.environ.get(SIGNAL_ENV, 'KILL')}"]
 _hits: Counter[str] = Counter()
 
 
 def failpoint(name: str) -> None:
-    """SIGKILL this process if `name` is the armed failpoint and this is its n-th hit."""
+    """Signal this process (SIGKILL unless told) if `name` is the armed failpoint and this is its n-th hit."""
     if _TARGET is None or name != _TARGET[0]:
         return
     _hits[name] += 1
     if _hits[name] == _TARGET[1]:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), _SIGNAL)

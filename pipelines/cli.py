@@ -27,12 +27,13 @@ from pathlib import Path
 from creditline.config import ExperimentConfig, load_config
 from creditline.store import LineageStore
 from pipelines.round_runner import (
+    RoundInterrupted,
     RoundStopped,
     execute_partition,
-    failure_kind,
     failure_lines,
     reclaim_dead,
     refuse_if_in_flight,
+    stopped_by_checks,
     wait_for_pools,
 )
 from resources.lineage import DATA_ROOT_ENV, LineageResource, default_data_root
@@ -64,6 +65,7 @@ def cmd_run(args) -> int:
     from creditline.store.rounds import round_commits
     from pipelines.definitions import ROUND_JOB
     from pipelines.instance import get_instance
+    from pipelines.reaper import close_round_tracking
     from pipelines.rubric_partitions import sync_rubric_partitions
     from pipelines.sensors import EXPERIMENT_TAG
 
@@ -94,8 +96,12 @@ def cmd_run(args) -> int:
                 instance.add_dynamic_partitions(ROUNDS.name, [key])
             wait_for_pools(instance, args.data_root)
             start = time.perf_counter()
-            result = execute_partition(instance, args.data_root, ROUND_JOB, key,
-                                       tags={EXPERIMENT_TAG: config.name}, debug=args.debug)  # fmt: skip
+            try:
+                result = execute_partition(instance, args.data_root, ROUND_JOB, key,
+                                           tags={EXPERIMENT_TAG: config.name}, debug=args.debug)  # fmt: skip
+            except RoundInterrupted:
+                close_round_tracking(args.data_root, config.name, round_, "KILLED")
+                raise
             if not result.success:
                 return _round_failed(args, config.name, round_, result)
             latest = {e.round: e for e in store.evaluations(config.name)}
@@ -107,17 +113,14 @@ def cmd_run(args) -> int:
 
 
 def _round_failed(args, experiment: str, round_: int, result) -> int:
-    """Say why a round failed: an interrupt ends like Ctrl-C, a failed blocking check is an expected
-    error (exit 2), anything else a failed round (exit 1)."""
+    """Say why a round failed: a failed blocking check is an expected error (exit 2), anything else a
+    failed round (exit 1)."""
     from pipelines.reaper import close_round_tracking
 
-    kind = failure_kind(result)
-    close_round_tracking(args.data_root, experiment, round_, "KILLED" if kind == "interrupted" else "FAILED")
-    if kind == "interrupted":
-        raise KeyboardInterrupt
+    close_round_tracking(args.data_root, experiment, round_, "FAILED")
     lines = failure_lines(result, args.debug) or ["see the run in the Dagster UI"]
     run = f"dagster run {result.run_id[:8]}"
-    if kind == "check":
+    if stopped_by_checks(result):
         raise RoundStopped("\n".join([f"round {round_} stopped before training ({run}):", *lines]))
     print(f"round {round_} failed ({run}):", file=sys.stderr)
     for line in lines:
@@ -435,18 +438,27 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _quiet_unraisable(unraisable) -> None:
+    """An interrupt raised inside a garbage-collector callback cannot propagate, and Python prints it as
+    "Exception ignored"; the interrupt is not lost (`round_runner` sees the signal), so stay quiet.
+    While a run executes, Dagster's own handler raises its `DagsterExecutionInterruptedError`."""
+    exc = unraisable.exc_value
+    if not (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "DagsterExecutionInterruptedError"):
+        sys.__unraisablehook__(unraisable)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.data_root = str(Path(args.data_root or default_data_root()).resolve())
     os.environ[DATA_ROOT_ENV] = args.data_root
     signal.signal(signal.SIGTERM, _interrupt)  # a polite kill ends like Ctrl-C: the run is marked failed
+    sys.unraisablehook = _quiet_unraisable
     if not args.debug:  # MLflow announces its database migrations on stderr (read when mlflow is imported)
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print("interrupted: the round in progress stays incomplete; `creditline run` again completes it",
-              file=sys.stderr)  # fmt: skip
+        print("interrupted: a round left incomplete is completed by `creditline run` again", file=sys.stderr)
         return 130
     except _expected_errors() as exc:
         if args.debug:

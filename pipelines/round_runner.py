@@ -8,8 +8,12 @@ with `--debug`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import signal
 import time
+from collections.abc import Iterator
 
 from resources.lineage import PROCESS_TAG
 
@@ -37,13 +41,49 @@ def execute_partition(
     from creditline.liveness import this_process
 
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING" if debug else "CRITICAL"}}}}
-    return round_job_def(data_root, job_name).execute_in_process(
-        instance=instance,
-        partition_key=partition_key,
-        run_config=quiet,
-        raise_on_error=False,
-        tags={**(tags or {}), PROCESS_TAG: str(this_process())},
-    )
+    with _interrupt_signals() as seen:
+        result = round_job_def(data_root, job_name).execute_in_process(
+            instance=instance,
+            partition_key=partition_key,
+            run_config=quiet,
+            raise_on_error=False,
+            tags={**(tags or {}), PROCESS_TAG: str(this_process())},
+        )
+    if seen:
+        raise RoundInterrupted(result.run_id)
+    return result
+
+
+class RoundInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM arrived while a run executed (whether or not Dagster let it stop the run)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
+@contextlib.contextmanager
+def _interrupt_signals() -> Iterator[set[int]]:
+    """The interrupt signals received inside the block.
+
+    Dagster takes SIGINT/SIGTERM over while it executes a run in this process; an interrupt that
+    arrives between two steps is recorded by Dagster and then dropped when the run ends (its in-process
+    executor does not look at it), so the run goes on as if nothing happened. Python also writes every
+    signal it handles to the wakeup file descriptor, whoever's handler runs: that is where we look.
+    """
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end)
+    seen: set[int] = set()
+    try:
+        yield seen
+    finally:
+        signal.set_wakeup_fd(previous)
+        with contextlib.suppress(BlockingIOError):
+            seen.update(s for s in os.read(read_end, 4096) if s in (signal.SIGINT, signal.SIGTERM))
+        os.close(read_end)
+        os.close(write_end)
 
 
 def reclaim_dead(instance, data_root: str) -> None:
@@ -90,18 +130,15 @@ class RoundStopped(RuntimeError):
     """A blocking check failed: the round stopped before training on bad data (an expected failure)."""
 
 
-INTERRUPTED = "DagsterExecutionInterruptedError"
 CHECK_FAILED = "DagsterAssetCheckFailedError"
 
 
-def failure_kind(result) -> str:
-    """Why a run failed: "interrupted" (Ctrl-C or SIGTERM), "check" (only blocking checks), or "error"."""
+def stopped_by_checks(result) -> bool:
+    """True when every failed step is a blocking check's stop: bad data, not a bug."""
     causes = {
         event.event_specific_data.error.cls_name for event in result.all_events if event.is_step_failure
     }
-    if INTERRUPTED in causes:
-        return "interrupted"
-    return "check" if causes == {CHECK_FAILED} else "error"
+    return causes == {CHECK_FAILED}
 
 
 def failure_lines(result, debug: bool) -> list[str]:

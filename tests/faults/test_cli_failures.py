@@ -24,13 +24,44 @@ def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "pipelines.cli", *args]
 
 
-def _env(data_root: Path, fault: str | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "CREDITLINE_FAULT"}
+def _env(data_root: Path, fault: str | None = None, signal_name: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLINE_FAULT")}
     env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1"}
-    return env | ({"CREDITLINE_FAULT": fault} if fault else {})
+    env |= {"CREDITLINE_FAULT": fault} if fault else {}
+    return env | ({"CREDITLINE_FAULT_SIGNAL": signal_name} if signal_name else {})
 
 
-def test_sigterm_mid_round_ends_in_one_line_and_a_rerun_completes(tmp_path):
+INTERRUPTED = ["interrupted: a round left incomplete is completed by `creditline run` again"]
+
+
+def _rerun_completes(run: list[str], data_root: Path) -> None:
+    rerun = subprocess.run(run, env=_env(data_root), capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(round_commits(LineageStore(data_root / "lineage.duckdb"), "term")) == [1, 2]
+    verify = subprocess.run(_command("verify", "--experiment", "term"), env=_env(data_root), capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout
+
+
+def test_sigterm_inside_a_step_leaves_the_round_incomplete_and_a_rerun_completes(tmp_path):
+    run = _command("run", "--experiment", "term", "--config", str(TINY))
+    stopped = subprocess.run(run, env=_env(tmp_path, "train:update:1", "TERM"), capture_output=True, text=True,
+                             timeout=600)  # fmt: skip
+    assert stopped.returncode == 130
+    assert stopped.stderr.splitlines() == INTERRUPTED
+    store = LineageStore(tmp_path / "lineage.duckdb")
+    assert round_commits(store, "term") == {}
+    assert store.artifact("term", 1, "checkpoint") is None
+    audit = subprocess.run(_command("verify", "--experiment", "term"), env=_env(tmp_path), capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert audit.returncode == 1
+    assert "incomplete  term/1: round has" in audit.stdout  # no commit point: the round is not done
+    assert "MLflow round 1's run" in audit.stdout and "is KILLED, not FINISHED" in audit.stdout
+    _rerun_completes(run, tmp_path)
+
+
+def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_completes(tmp_path):
+    """Between two steps Dagster swallows the signal and finishes the run; the CLI still stops there."""
     run = _command("run", "--experiment", "term", "--config", str(TINY))
     process = subprocess.Popen(
         run, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -42,21 +73,9 @@ def test_sigterm_mid_round_ends_in_one_line_and_a_rerun_completes(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 130
-    assert err.splitlines() == [
-        "interrupted: the round in progress stays incomplete; `creditline run` again completes it"
-    ]
-    assert round_commits(store, "term") == {}
-    audit = subprocess.run(_command("verify", "--experiment", "term"), env=_env(tmp_path), capture_output=True,
-                           text=True, timeout=300)  # fmt: skip
-    assert audit.returncode == 1
-    assert "incomplete  term/1: round has" in audit.stdout  # no commit point: the round is not done
-    assert "MLflow round 1's run" in audit.stdout and "is KILLED, not FINISHED" in audit.stdout
-    rerun = subprocess.run(run, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr
-    assert sorted(round_commits(store, "term")) == [1, 2]
-    verify = subprocess.run(_command("verify", "--experiment", "term"), env=_env(tmp_path), capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
-    assert verify.returncode == 0, verify.stdout
+    assert err.splitlines() == INTERRUPTED
+    assert 2 not in round_commits(store, "term")  # no round starts after the signal
+    _rerun_completes(run, tmp_path)
 
 
 def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path):
