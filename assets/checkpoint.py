@@ -1,7 +1,5 @@
 """`checkpoint`: the policy trained on this round's advantages, saved as a HF checkpoint folder."""
 
-from dataclasses import replace
-
 import dagster as dg
 import pandas as pd
 
@@ -9,11 +7,10 @@ from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, read_artifact, recorded_output
 from creditline.faults import failpoint
-from creditline.ids import derive_seed
 from creditline.lineage_chain import parent_checkpoint
 from creditline.policy import load_optimizer_state, load_policy, save_policy
+from creditline.policy_update import training_rows, update_policy
 from creditline.store import ArtifactRecord, hash_path, read_parquet
-from creditline.trainer import pack, train
 from resources import LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -57,9 +54,11 @@ def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         "approx_kl": metrics[-1]["approx_kl"],
         "clip_fraction": sum(m["clip_fraction"] for m in metrics) / len(metrics),
         "entropy": metrics[-1]["entropy"],
+        "sampler_kl": metrics[0]["sampler_kl"],
+        "reference_kl": metrics[-1]["reference_kl"],
         "updates": len(metrics),
     }
-    series = [{k: float(m[k]) for k in ("loss", "approx_kl", "clip_fraction", "entropy", "grad_norm")}
+    series = [{k: float(m[k]) for k in ("loss", "approx_kl", "clip_fraction", "entropy", "grad_norm", "reference_kl")}
               for m in metrics]  # fmt: skip
     log_round(context, lineage, tracker, config, "checkpoint", VERSION, record, summary, series=series)
     return materialized(
@@ -71,14 +70,12 @@ def _train(
     context, lineage, config, steps, advantages, parent, parents, round_
 ) -> tuple[ArtifactRecord, list]:
     """The update itself: load the parent, train on the round's rows, save and record the new folder."""
-    rows = steps.merge(advantages[["episode_id", "step_idx", "completion_advantages"]],
-                       on=["episode_id", "step_idx"], validate="one_to_one")  # fmt: skip
     model, tokenizer = load_policy(parent.path, config.rollouts.device)
-    batch = pack(rows["prompt_ids"], rows["completion_ids"], rows["completion_logprobs"],
-                 rows["completion_advantages"], tokenizer.pad_token_id)  # fmt: skip
-    train_config = replace(config.train, temperature=config.rollouts.temperature,
-                           seed=derive_seed(config.seed, round_, "train"))  # fmt: skip
-    metrics, optimizer_state = train(model, batch, train_config, load_optimizer_state(parent.path))
+    initial = parent_checkpoint(lineage.store(), config.name, 1) if config.train.kl_coef > 0 else None
+    metrics, optimizer_state = update_policy(
+        model, tokenizer.pad_token_id, training_rows(steps, advantages), config, round_,
+        load_optimizer_state(parent.path), reference_policy=initial.path if initial else None,
+    )  # fmt: skip
     folder = save_policy(model, tokenizer, lineage.checkpoint_dir(config.name, round_), optimizer_state)
     record = lineage.store().record_artifact(
         ArtifactRecord(config.name, round_, "checkpoint", str(folder), hash_path(folder), dagster_run_id=context.run_id,

@@ -23,12 +23,11 @@ from assets.advantages import advantage_table
 from creditline.config import AdvantageSettings, ExperimentConfig
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.evaluation import evaluate
-from creditline.ids import derive_seed
 from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy
+from creditline.policy_update import training_rows, update_policy
 from creditline.rollout import run_episodes
 from creditline.rubrics import get_rubric
 from creditline.tasks import training_task_ids
-from creditline.trainer import pack, train
 
 ESTIMATORS = {
     "gigpo": AdvantageSettings(),
@@ -61,15 +60,8 @@ def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
         advantages = advantage_table(
             tables.steps, scores, config.advantages.estimator, config.advantages.params
         )
-        rows = tables.steps.merge(
-            advantages[["episode_id", "step_idx", "completion_advantages"]], on=["episode_id", "step_idx"]
-        )
-        batch = pack(rows["prompt_ids"], rows["completion_ids"], rows["completion_logprobs"],
-                     rows["completion_advantages"], tokenizer.pad_token_id)  # fmt: skip
-        train_config = replace(
-            config.train, temperature=settings.temperature, seed=derive_seed(config.seed, round_, "train")
-        )
-        _, optimizer_state = train(model, batch, train_config, optimizer_state)
+        _, optimizer_state = update_policy(model, tokenizer.pad_token_id, training_rows(tables.steps, advantages),
+                                           config, round_, optimizer_state, reference_policy=folder)  # fmt: skip
         curve.append(held_out(round_))
     seconds = (time.perf_counter() - start) / rounds
     first = next((i + 1 for i, s in enumerate(curve) if s >= initial + 0.30), None)

@@ -13,6 +13,11 @@ Because a registered name can never be reused, nothing is registered unchecked: 
 its rule as metadata (a range, registered choices or a pattern; `creditline.config_checks` reads
 them), `load_config` and `from_dict` report every problem of a config at once as a `ConfigError`,
 and constructing an `ExperimentConfig` checks it too, so a config that exists is valid.
+
+Configs outlive releases. A field added later takes its default when an older registered config is read
+back, and a retired field (`RETIRED_FIELDS`) is dropped there but refused, with the reason, in a file.
+`registration` keeps an experiment's registered config (and its hash) when the new release reads it back
+as the same config, so upgrading creditline does not turn a running experiment into a "changed config".
 """
 
 from __future__ import annotations
@@ -114,10 +119,47 @@ class ExperimentConfig:
         return asdict(self)
 
 
+RETIRED_FIELDS: dict[tuple[str, str], str] = {
+    (
+        "train",
+        "temperature",
+    ): "the trainer uses [rollouts] temperature, the one the rollouts were sampled with",
+    ("train", "seed"): "the minibatch order is seeded from the experiment's seed and the round",
+}
+"""(section, field) → why it is no longer a setting. Such fields were silently overwritten before."""
+
+
 def from_dict(data: Mapping[str, Any], base: ExperimentConfig | None = None) -> ExperimentConfig:
     """Overlay `data` on `base` (default: `ExperimentConfig()`), recursively; every problem raises
-    one `ConfigError`. Also reads back registered configs (`ExperimentConfig().to_dict()` shaped)."""
-    return _validated(data, base or ExperimentConfig())
+    one `ConfigError`. Also reads back registered configs (`ExperimentConfig().to_dict()` shaped,
+    of this release or an earlier one: retired fields are dropped)."""
+    return _validated(_without_retired(data), base or ExperimentConfig())
+
+
+def registration(config: ExperimentConfig, registered: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """What to register for `config`: the already registered dict if it reads back as `config` (an
+    earlier release wrote it, with fewer or retired fields), else `config.to_dict()`."""
+    if registered is not None and from_dict(registered) == config:
+        return registered
+    return config.to_dict()
+
+
+def _without_retired(data: Any) -> Any:
+    if not isinstance(data, Mapping):
+        return data
+    kept = dict(data)
+    for section, name in RETIRED_FIELDS:
+        if isinstance(kept.get(section), Mapping) and name in kept[section]:
+            kept[section] = {k: v for k, v in kept[section].items() if k != name}
+    return kept
+
+
+def _retired_problems(data: Mapping[str, Any]) -> list[Problem]:
+    return [
+        Problem(f"{section}.{name}", data[section][name], f"is no longer a setting: {why}")
+        for (section, name), why in RETIRED_FIELDS.items()
+        if isinstance(data.get(section), Mapping) and name in data[section]
+    ]
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> ExperimentConfig:
@@ -125,6 +167,8 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> ExperimentC
     ignored), checked; every problem raises one `ConfigError` whose lines name the file (problems
     of an override's field name no file)."""
     data = read_toml(Path(path)) if path else {}
+    if retired := _retired_problems(data):
+        raise ConfigError([problem.line(str(path)) for problem in retired])
     given = {key: value for key, value in overrides.items() if value is not None}
     merged = overlay(ExperimentConfig, data, given)
     return _validated(merged, ExperimentConfig(), str(path) if path else None, set(given), files=True)

@@ -13,6 +13,7 @@ dataclass metadata; the annotation gives the type:
     {"choices": REGISTRY}          str: a collection of names, or a function returning one (read when checking)
     {"pattern": (REGEX, WORDS)}    str: a full match of REGEX; WORDS says what that means
     dict[str, Any]                 a table of parameters, checked by a relation below
+    bool (no metadata)             true or false
 
 An int field takes a whole number (8, or 8.0 which becomes 8), never a boolean or a string; a float
 field takes ints too, kept as written so that configs registered before these checks keep their hash.
@@ -160,6 +161,9 @@ def interval(text: str) -> Interval:
 
 def check_value(hint: Any, rule: Mapping[str, Any], value: Any) -> tuple[Any, str | None]:
     """(the value, normalised; None) if `value` obeys the field's type and rule, else (value, what is allowed)."""
+    if hint is bool:
+        kind = kind_mismatch(value, False)
+        return (bool(value), None) if kind is None else (value, f"must be {kind}")
     if hint is int:
         span = interval(rule["range"])
         number = whole_number(value)

@@ -1,28 +1,45 @@
 """Token-level clipped policy-gradient update on `completion_advantages`.
 
-For every completion token t of every step row, with ρ_t = π_θ(y_t | x, y_<t) / μ(y_t | x, y_<t) the
-ratio between the policy being trained and the sampling distribution that produced the token (the
-engine's log-probs, same temperature), the PPO clipped surrogate (Schulman et al. 2017, Eq. 7) is
+For every completion token t of every step row, with μ the sampling distribution that produced the
+token (the engine's log-probs, same temperature) and π_old the policy the round's rollouts stand for,
+the PPO clipped surrogate (Schulman et al. 2017, Eq. 7) with ρ_t = π_θ(y_t | x, y_<t) / π_old(y_t | …) is
 
-    L = − (1 / N_tokens) Σ_t min(ρ_t · A_t, clip(ρ_t, 1 − ε, 1 + ε) · A_t)  −  β · H̄,
+    L = (1 / N) Σ_t [ − w_t · min(ρ_t · A_t, clip(ρ_t, 1 − ε, 1 + ε) · A_t)
+                      + β_KL · k3(π_ref, π_θ)_t ]  −  β_H · (1 / N) Σ_t H_t,
 
-averaged over all completion tokens of the minibatch ("token-level" aggregation, as in DAPO and
-prime-rl, so long completions are not down-weighted). `A_t` is the step's advantage expanded per
-token. H̄ is the mean entropy of the next-token distributions at completion positions; the bonus
-(β = `entropy_coef`, PPO's c₂ term) keeps a tiny policy from collapsing onto one action before it has
-found the reward. Optimiser: AdamW, `epochs` passes over the rows, each split into `minibatches` shuffled parts.
+summed over all N completion tokens of the minibatch ("token-level" aggregation, as in DAPO and
+prime-rl, so long completions are not down-weighted). `A_t` is the step's advantage expanded per token.
 
-The trainer returns metrics and the optimiser state; it logs and writes nothing itself.
+- By default π_old = μ and w_t = 1: the ratio is taken against the sampler's own log-probs.
+- Truncated importance sampling (`tis_cap` = C > 0; Yao et al. 2025, "Your efficient RL framework
+  secretly brings you off-policy RL training"): π_old is the trainer's log-prob before the update and
+  w_t = min(π_old / μ, C) corrects for the sampler/trainer mismatch (different kernels, precision).
+- Reference KL (`kl_coef` = β_KL > 0): k3(π_ref, π_θ) = e^d − d − 1 with d = log π_ref − log π_θ
+  (Schulman's k3 estimator of KL(π_θ‖π_ref), as in GRPO, Shao et al. 2024, Eq. 4), π_ref the
+  experiment's initial policy.
+- The entropy bonus (β_H = `entropy_coef`, PPO's c₂ term) keeps a tiny policy from collapsing onto one
+  action before it has found the reward.
+
+Each minibatch is split into micro-batches of at most `micro_batch_tokens` padded tokens whose gradients
+accumulate; every micro-batch's sum is divided by the minibatch's N, so the update is the same whatever
+the split. Log-probs come from `creditline.logprobs` (completion positions only, chunked log-softmax).
+On CUDA the forward pass runs under bf16 autocast (the log-softmax stays fp32). Every round logs the
+sampler/trainer mismatch, KL(μ‖π_old) by k3 on the first minibatch before any update.
+
+Optimiser: AdamW, `epochs` passes over the rows, each split into `minibatches` shuffled parts. The
+trainer returns metrics and the optimiser state; it logs and writes nothing itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from creditline.faults import failpoint
+from creditline.logprobs import DEFAULT_CHUNK_TOKENS, completion_logprobs
 
 
 @dataclass(frozen=True)
@@ -36,15 +53,23 @@ class TrainConfig:
     clip_eps: float = field(default=0.2, metadata={"range": "(0, 1]"})
     """PPO clip range ε."""
     entropy_coef: float = field(default=0.0, metadata={"range": "[0, 1]"})
-    """Weight β of the entropy bonus −β·H̄ (mean next-token entropy over completion tokens); keeps exploring."""
+    """Weight β_H of the entropy bonus −β_H·H̄ (mean next-token entropy over completion tokens)."""
     max_grad_norm: float = field(default=1.0, metadata={"range": "(0, 1000]"})
     """Gradients are clipped to this global norm."""
     weight_decay: float = field(default=0.0, metadata={"range": "[0, 1]"})
     """AdamW's decoupled weight decay."""
-    temperature: float = field(default=1.0, metadata={"range": "(0, 10]"})
-    """The sampling temperature: logits are divided by it so ρ compares like with like."""
-    seed: int = field(default=0, metadata={"range": "[0, 2_147_483_647]"})
-    """Seed of the minibatch shuffling."""
+    micro_batch_tokens: int = field(default=16_384, metadata={"range": "[1, 100_000_000]"})
+    """Padded tokens (rows × longest row) per forward pass; larger minibatches accumulate gradients."""
+    logprob_chunk_tokens: int = field(default=DEFAULT_CHUNK_TOKENS, metadata={"range": "[1, 1_000_000]"})
+    """Completion positions whose full-vocabulary logits exist at once (peak ≈ this × vocabulary floats)."""
+    kl_coef: float = field(default=0.0, metadata={"range": "[0, 10]"})
+    """β_KL of the k3 KL to the reference (initial) policy; 0 is off and loads no reference model."""
+    tis_cap: float = field(default=0.0, metadata={"range": "[0, 1000]"})
+    """C of truncated importance sampling, weight min(π_old/μ, C); 0 is off (ratio against μ)."""
+    bf16: bool = True
+    """bf16 autocast of the forward pass on CUDA (log-softmax in fp32); no effect on CPU."""
+    gradient_checkpointing: bool = False
+    """Recompute the transformer's activations in the backward pass (less memory, ~30 % more time)."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +79,9 @@ class PackedBatch:
     input_ids: torch.Tensor  # (R, L) long
     attention_mask: torch.Tensor  # (R, L) long
     completion_mask: torch.Tensor  # (R, L) bool: True where the TARGET token at L index is a completion token
-    old_logprobs: torch.Tensor  # (R, L) float: sampling log-prob of the target at that index
+    old_logprobs: torch.Tensor  # (R, L) float: sampling log-prob μ of the target at that index
     advantages: torch.Tensor  # (R, L) float: per-token advantage of the target at that index
+    reference_logprobs: torch.Tensor | None = None  # (R, L) float: log π_ref of the target, when KL is on
 
 
 def pack(
@@ -85,40 +111,84 @@ def pack(
     return PackedBatch(input_ids, attention_mask, completion_mask, old_logprobs, advantages)
 
 
-def token_logprobs(
-    model: torch.nn.Module, input_ids, attention_mask, temperature: float
+def micro_batches(lengths: torch.Tensor, token_budget: int) -> list[torch.Tensor]:
+    """Split row indices (0..m−1) into groups whose padded size (rows × longest) fits `token_budget`.
+
+    Rows are taken longest first, so rows of similar length share padding; a row longer than the
+    budget goes alone. lengths: (m,) tokens per row.
+    """
+    order = torch.argsort(lengths, descending=True, stable=True).tolist()
+    groups: list[list[int]] = []
+    for index in order:
+        longest = int(lengths[groups[-1][0]]) if groups else 0
+        if groups and (len(groups[-1]) + 1) * longest <= token_budget:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return [torch.tensor(group) for group in groups]
+
+
+def clipped_pg_terms(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each next token and the entropy of each next-token distribution, (R, L) each."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()  # (R, L, V)
-    if temperature > 0:
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    targets = torch.roll(input_ids, shifts=-1, dims=1)  # target at j is token j+1 (last column unused)
-    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    """Per-token −min(ρA, clip(ρ)A) and whether ρ lies outside the clip range; all (N,)."""
+    ratio = (logp - old_logp).exp()
+    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    return -surrogate, ((ratio - 1).abs() > clip_eps).detach()
 
 
-def clipped_pg_loss(
-    logp, old_logp, advantages, mask, clip_eps: float
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The token-level clipped surrogate over `mask` positions; all inputs (R, L)."""
-    log_ratio = (logp - old_logp).masked_fill(~mask, 0.0)
-    ratio = log_ratio.exp()
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages
-    n_tokens = mask.sum().clamp(min=1)
-    loss = -(torch.minimum(unclipped, clipped) * mask).sum() / n_tokens
-    with torch.no_grad():
-        clip_fraction = (((ratio - 1).abs() > clip_eps) & mask).sum() / n_tokens
-        approx_kl = (((ratio - 1) - log_ratio) * mask).sum() / n_tokens  # k3 estimator of KL(μ‖π)
-    return loss, {"clip_fraction": float(clip_fraction), "approx_kl": float(approx_kl)}
+def k3(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(q‖p) from tokens sampled from q: e^d − d − 1, d = log p − log q."""
+    d = log_p - log_q
+    return d.exp() - d - 1
+
+
+def score(
+    model: torch.nn.Module, batch: PackedBatch, temperature: float, config: TrainConfig = TrainConfig()
+) -> torch.Tensor:
+    """The model's log-prob of every completion token, (R, L) on the CPU (0 elsewhere), no gradients.
+
+    Gives π_old (truncated importance sampling) and π_ref (reference KL) in the batch's layout."""
+    out = torch.zeros(batch.old_logprobs.shape)
+    device = _device(model)
+    lengths = batch.attention_mask.sum(1)
+    with torch.no_grad(), _autocast(device, config.bf16):
+        for rows in micro_batches(lengths, config.micro_batch_tokens):
+            length = int(lengths[rows].max())
+            mask = batch.completion_mask[rows, :length]
+            logp, _ = completion_logprobs(
+                model,
+                batch.input_ids[rows, :length].to(device),
+                batch.attention_mask[rows, :length].to(device),
+                mask.to(device),
+                temperature,
+                config.logprob_chunk_tokens,
+            )
+            block = out[rows, :length]
+            block[mask] = logp.float().cpu()
+            out[rows, :length] = block
+    return out
 
 
 def train(
-    model: torch.nn.Module, batch: PackedBatch, config: TrainConfig, optimizer_state: dict | None = None
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    config: TrainConfig,
+    temperature: float,
+    seed: int,
+    optimizer_state: dict | None = None,
 ):
-    """Run the update in place on `model`; return (per-step metrics, optimiser state)."""
+    """Run the update in place on `model`; return (per-update metrics, optimiser state).
+
+    `temperature` is the sampling temperature (logits are divided by it so ρ compares like with
+    like); `seed` orders the minibatches. With `kl_coef` > 0 the batch must carry `reference_logprobs`.
+    """
+    if config.kl_coef > 0 and batch.reference_logprobs is None:
+        raise ValueError("kl_coef > 0 needs the batch's reference_logprobs (see `score`)")
+    device = _device(model)
+    trainer_old = score(model, batch, temperature, config) if config.tis_cap > 0 else None
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
@@ -127,48 +197,91 @@ def train(
         optimizer.load_state_dict(optimizer_state)
         for group in optimizer.param_groups:
             group["lr"] = config.learning_rate
-    generator = torch.Generator().manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(seed)
     rows = batch.input_ids.shape[0]
-    metrics = []
+    lengths = batch.attention_mask.sum(1)
+    metrics, sampler_kl = [], None
     for epoch in range(config.epochs):
         order = torch.randperm(rows, generator=generator)
         for part, mb_rows in enumerate(torch.tensor_split(order, min(config.minibatches, rows))):
-            mb_mask = batch.completion_mask[mb_rows]
-            length = int(batch.attention_mask[mb_rows].sum(1).max())  # trim padding columns
-            logp, entropy = token_logprobs(
-                model,
-                batch.input_ids[mb_rows, :length],
-                batch.attention_mask[mb_rows, :length],
-                config.temperature,
+            n_tokens = int(batch.completion_mask[mb_rows].sum())
+            sums = dict.fromkeys(
+                ("loss", "entropy", "clipped", "approx_kl", "sampler_kl", "reference_kl"), 0.0
             )
-            mb_mask = mb_mask[:, :length]
-            loss, stats = clipped_pg_loss(
-                logp,
-                batch.old_logprobs[mb_rows, :length],
-                batch.advantages[mb_rows, :length],
-                mb_mask,
-                config.clip_eps,
-            )
-            n_tokens = int(mb_mask.sum())
-            entropy_mean = (entropy * mb_mask).sum() / max(n_tokens, 1)
-            if config.entropy_coef:
-                loss = loss - config.entropy_coef * entropy_mean
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for local in micro_batches(lengths[mb_rows], config.micro_batch_tokens):
+                micro = mb_rows[local]
+                length = int(lengths[micro].max())
+                mask = batch.completion_mask[micro, :length]
+                with _autocast(device, config.bf16):
+                    logp, entropy = completion_logprobs(
+                        model,
+                        batch.input_ids[micro, :length].to(device),
+                        batch.attention_mask[micro, :length].to(device),
+                        mask.to(device),
+                        temperature,
+                        config.logprob_chunk_tokens,
+                        entropy_grad=config.entropy_coef > 0,
+                    )
+                logp = logp.float()
+                sampled = _select(batch.old_logprobs, micro, length, mask, device)
+                old = sampled if trainer_old is None else _select(trainer_old, micro, length, mask, device)
+                terms, clipped = clipped_pg_terms(
+                    logp, old, _select(batch.advantages, micro, length, mask, device), config.clip_eps
+                )
+                if trainer_old is not None:
+                    terms = terms * (old - sampled).exp().clamp(max=config.tis_cap)
+                loss_sum = terms.sum()
+                if config.kl_coef > 0:
+                    reference_kl = k3(_select(batch.reference_logprobs, micro, length, mask, device), logp)
+                    loss_sum = loss_sum + config.kl_coef * reference_kl.sum()
+                    sums["reference_kl"] += float(reference_kl.detach().sum())
+                if config.entropy_coef > 0:
+                    loss_sum = loss_sum - config.entropy_coef * entropy.float().sum()
+                (loss_sum / max(n_tokens, 1)).backward()
+                detached = logp.detach()
+                sums["loss"] += float(loss_sum.detach())
+                sums["entropy"] += float(entropy.detach().float().sum())
+                sums["clipped"] += float(clipped.sum())
+                sums["approx_kl"] += float(k3(detached, old).sum())  # KL(π_old‖π_θ)
+                sums["sampler_kl"] += float(k3(detached, sampled).sum())  # KL(μ‖π_θ); π_θ = π_old at first
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             failpoint("train:update")
+            mean = {key: value / max(n_tokens, 1) for key, value in sums.items()}
+            if sampler_kl is None:  # the first minibatch, before any update: the sampler/trainer mismatch
+                sampler_kl = mean["sampler_kl"]
             metrics.append(
                 {
                     "epoch": epoch,
                     "minibatch": part,
-                    "loss": float(loss.detach()),
+                    "loss": mean["loss"],
                     "grad_norm": float(grad_norm),
-                    "entropy": float(entropy_mean.detach()),
+                    "entropy": mean["entropy"],
                     "tokens": n_tokens,
                     "rows": len(mb_rows),
-                    **stats,
+                    "clip_fraction": mean["clipped"],
+                    "approx_kl": mean["approx_kl"],
+                    "reference_kl": mean["reference_kl"],
                 }
             )
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_disable()
     model.eval()
-    return metrics, optimizer.state_dict()
+    # every update row carries the round's mismatch, so a reused training table still has it
+    return [{**m, "sampler_kl": sampler_kl} for m in metrics], optimizer.state_dict()
+
+
+def _select(table: torch.Tensor, rows: torch.Tensor, length: int, mask: torch.Tensor, device) -> torch.Tensor:
+    """(R, L) → the (n,) values of `rows` at `mask` positions (mask: (len(rows), length))."""
+    return table[rows, :length][mask].to(device)
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _autocast(device: torch.device, bf16: bool):
+    if device.type == "cuda" and bf16:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from creditline.config import ExperimentConfig, load_config
+from creditline.config import ExperimentConfig, load_config, registration
 from creditline.store import LineageStore
 from pipelines.round_runner import (
     RoundInterrupted,
@@ -84,7 +84,7 @@ def cmd_run(args) -> int:
             )
         reclaim_dead(instance, args.data_root)
         refuse_if_in_flight(instance, config.name)
-        store.register_experiment(config.name, config.to_dict())
+        store.register_experiment(config.name, registration(config, store.experiment_config(config.name)))
         sync_rubric_partitions(instance, store)
         print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}", flush=True)
         committed = round_commits(store, config.name)  # a commit is never taken back
@@ -135,7 +135,9 @@ def cmd_register(args) -> int:
 
     config = load_config(args.config, name=args.experiment)
     store = _store(args.data_root)
-    digest = store.register_experiment(config.name, config.to_dict())
+    digest = store.register_experiment(
+        config.name, registration(config, store.experiment_config(config.name))
+    )
     sync_rubric_partitions(get_instance(args.data_root), store)
     print(
         f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it"

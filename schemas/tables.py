@@ -135,12 +135,24 @@ class TrainingTable(pa.DataFrameModel):
     rows: Series[int] = pa.Field(ge=1)
     clip_fraction: Series[float] = pa.Field(ge=0, le=1)
     approx_kl: Series[float]
+    """k3 estimate of KL(π_old‖π_θ) over the minibatch's tokens, before the update."""
+    reference_kl: Series[float] = pa.Field(ge=0)
+    """Mean k3 KL to the reference policy (0 when `kl_coef` is 0)."""
+    sampler_kl: Series[float] = pa.Field(ge=0)
+    """The round's sampler/trainer mismatch KL(μ‖π_old) by k3, on the first minibatch; the same in every row."""
 
     class Config:
         strict = True
         coerce = True
 
-    @pa.check("loss", "grad_norm", "approx_kl", error="training metrics must be finite")
+    @pa.check(
+        "loss",
+        "grad_norm",
+        "approx_kl",
+        "reference_kl",
+        "sampler_kl",
+        error="training metrics must be finite",
+    )
     def finite(cls, values: Series[float]) -> Series[bool]:
         return pd.Series(np.isfinite(values.to_numpy()), index=values.index)
 

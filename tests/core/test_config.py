@@ -19,6 +19,7 @@ from creditline.config import (
     RolloutSettings,
     from_dict,
     load_config,
+    registration,
 )
 from creditline.config_checks import RELATIONS, ConfigError, check_value, interval
 from creditline.envs import ENVIRONMENTS
@@ -36,11 +37,27 @@ DEFAULT_SNAPSHOT = json.loads("""
  "rollouts": {"device": "cpu", "engine": "torch", "group_size": 8, "max_new_tokens": 1, "tasks_per_round": 64,
               "temperature": 1.0, "top_p": 1.0},
  "rounds": 20, "rubric": "env", "seed": 0,
+ "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
+           "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
+           "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0}}
+""")
+DEFAULT_HASH = "277991d383d01587"
+"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
+
+
+# The default as the first release registered it (hash 8b6182564aaae965): `train.temperature` and
+# `train.seed` were fields then (and silently overwritten), the trainer's scaling options did not exist.
+RELEASE_1_SNAPSHOT = json.loads("""
+{"advantages": {"estimator": "gigpo", "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}},
+ "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
+                                    "view": "relative"}},
+ "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
+ "rollouts": {"device": "cpu", "engine": "torch", "group_size": 8, "max_new_tokens": 1, "tasks_per_round": 64,
+              "temperature": 1.0, "top_p": 1.0},
+ "rounds": 20, "rubric": "env", "seed": 0,
  "train": {"clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "learning_rate": 0.002, "max_grad_norm": 1.0,
            "minibatches": 2, "seed": 0, "temperature": 1.0, "weight_decay": 0.0}}
 """)
-DEFAULT_HASH = "8b6182564aaae965"
-"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
 
 def canonical(config: dict) -> str:
@@ -64,6 +81,22 @@ def test_the_default_config_is_unchanged_and_valid():
     assert canonical(config.to_dict()) == canonical(DEFAULT_SNAPSHOT)  # types too: 1 and 1.0 differ here
     assert hashlib.sha256(canonical(config.to_dict()).encode()).hexdigest()[:16] == DEFAULT_HASH
     assert load_config() == config == from_dict({}) == from_dict(config.to_dict())
+
+
+def test_a_config_registered_by_the_first_release_reads_back_and_keeps_its_registration():
+    assert from_dict(RELEASE_1_SNAPSHOT) == ExperimentConfig()
+    assert registration(ExperimentConfig(), RELEASE_1_SNAPSHOT) is RELEASE_1_SNAPSHOT  # same hash as before
+    changed = ExperimentConfig(train=replace(ExperimentConfig().train, kl_coef=0.05))
+    assert registration(changed, RELEASE_1_SNAPSHOT) == changed.to_dict()  # a real change is a new config
+
+
+def test_retired_train_fields_are_refused_in_a_file_with_the_reason(tmp_path):
+    assert problems_of(tmp_path, "[train]\ntemperature = 0.7\nseed = 3\n") == [
+        "grpo.toml: train.temperature = 0.7: is no longer a setting: the trainer uses [rollouts] temperature, "
+        "the one the rollouts were sampled with",
+        "grpo.toml: train.seed = 3: is no longer a setting: the minibatch order is seeded from the experiment's "
+        "seed and the round",
+    ]
 
 
 def test_the_test_experiment_file_loads():

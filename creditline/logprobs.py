@@ -1,0 +1,109 @@
+"""Log-probabilities of the completion tokens under a causal LM, without the full-vocabulary tensor.
+
+The trainer needs, for each completion token y_t of each row, log π(y_t | x, y_<t) at temperature T:
+
+    log π_T(y_t) = z_t[y_t] / T − logsumexp(z_t / T),     z_t = W · h_t      (W: the LM head, (V, H))
+
+and the entropy H_t = logsumexp(z_t / T) − Σ_v softmax(z_t / T)_v · z_t[v] / T where the loss uses it.
+Materialising z for every position of an (R, L) batch costs R·L·V floats several times over (logits,
+log-softmax, its exponent): at V = 151,936 and 8 rows of 1,024 tokens that is 5 GB per copy in fp32.
+Only completion positions need it, and not all at once:
+
+1. run the model's body once, giving hidden states h (R, L, H) (the LM head is not applied);
+2. gather the N completion positions, h[mask] (N, H), and their targets (N,);
+3. apply the LM head to `chunk_tokens` positions at a time, take the fp32 log-softmax of the target and
+   the entropy, and drop the chunk's logits. Each chunk runs under activation checkpointing, so the
+   backward pass recomputes its logits instead of keeping them: the peak is chunk_tokens · V floats.
+
+`full_vocab_logprobs` is the plain path (all positions, whole vocabulary), kept as the reference the
+tests and `bench/trainer.py` compare against. A model without a separable body and head (no
+`get_decoder()`) falls back to it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+DEFAULT_CHUNK_TOKENS = 512
+
+
+def target_ids(input_ids: torch.Tensor) -> torch.Tensor:
+    """(R, L) → (R, L): the token each position predicts (position j predicts token j + 1; the last
+    column's target is meaningless and never selected)."""
+    return torch.roll(input_ids, shifts=-1, dims=1)
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    target_mask: torch.Tensor,
+    temperature: float,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob and entropy at the `target_mask` positions, each (N,) in row-major order.
+
+    input_ids, attention_mask: (R, L); target_mask: (R, L) bool, True where position j's next token
+    is a completion token. The entropy carries gradients only when `entropy_grad` (an entropy bonus
+    in the loss); otherwise it is a detached metric.
+    """
+    decoder, head = _body_and_head(model)
+    if decoder is None:
+        logp, entropy = full_vocab_logprobs(model, input_ids, attention_mask, temperature)
+        return logp[target_mask], (entropy[target_mask] if entropy_grad else entropy[target_mask].detach())
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (R, L, H)
+    selected = hidden[target_mask]  # (N, H)
+    targets = target_ids(input_ids)[target_mask]  # (N,)
+    logps, entropies = [], []
+    for start in range(0, selected.shape[0], chunk_tokens):
+        h, y = selected[start : start + chunk_tokens], targets[start : start + chunk_tokens]
+        if torch.is_grad_enabled() and h.requires_grad:
+            logp, entropy = checkpoint(_chunk, head, h, y, temperature, entropy_grad, use_reentrant=False)
+        else:
+            logp, entropy = _chunk(head, h, y, temperature, entropy_grad)
+        logps.append(logp)
+        entropies.append(entropy)
+    if not logps:
+        empty = selected.new_zeros(0, dtype=torch.float32)
+        return empty, empty
+    return torch.cat(logps), torch.cat(entropies)
+
+
+def _chunk(
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(C, H), (C,) → log π_T(target) (C,) and entropy (C,), from fp32 logits of this chunk only."""
+    logits = head(hidden).float()  # (C, V)
+    if temperature > 0:
+        logits = logits / temperature
+    normaliser = torch.logsumexp(logits, dim=-1)  # (C,)
+    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - normaliser
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = normaliser - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logp, entropy if entropy_grad else entropy.detach()
+
+
+def _body_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module | None, torch.nn.Module | None]:
+    """The transformer body (returns `last_hidden_state`, final norm applied) and the LM head."""
+    get_decoder = getattr(model, "get_decoder", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    decoder = get_decoder() if callable(get_decoder) else None
+    if decoder is None or head is None or decoder is model:
+        return None, None
+    return decoder, head
+
+
+def full_vocab_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference path: log-prob of each next token and each next-token entropy, (R, L) each,
+    from the (R, L, V) fp32 logits of every position."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()  # (R, L, V)
+    if temperature > 0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, target_ids(input_ids)[..., None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy

@@ -1,0 +1,51 @@
+"""One round's policy update: the parent policy trained on the round's step rows and their advantages.
+
+The `checkpoint` asset and `bench/learning.py` both call `update_policy`, so the benchmark measures the
+update the pipeline runs. The sampling temperature of the round's rollouts is the trainer's temperature
+(ρ compares like with like) and the minibatch order is seeded from (seed, round, "train").
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from creditline.config import ExperimentConfig
+from creditline.ids import derive_seed
+from creditline.policy import load_policy
+from creditline.trainer import pack, score, train
+
+
+def training_rows(steps: pd.DataFrame, advantages: pd.DataFrame) -> pd.DataFrame:
+    """The step rows with their `completion_advantages` (one advantage row per step row)."""
+    return steps.merge(advantages[["episode_id", "step_idx", "completion_advantages"]],
+                       on=["episode_id", "step_idx"], validate="one_to_one")  # fmt: skip
+
+
+def update_policy(
+    model: torch.nn.Module,
+    pad_token_id: int,
+    rows: pd.DataFrame,
+    config: ExperimentConfig,
+    round_: int,
+    optimizer_state: dict | None,
+    reference_policy: str | Path | None = None,
+) -> tuple[list[dict], dict]:
+    """Train `model` in place on `rows` (see `training_rows`); return (per-update metrics, optimiser state).
+
+    `reference_policy` is the folder of π_ref, loaded only when `[train] kl_coef` > 0.
+    """
+    batch = pack(rows["prompt_ids"], rows["completion_ids"], rows["completion_logprobs"],
+                 rows["completion_advantages"], pad_token_id)  # fmt: skip
+    temperature = config.rollouts.temperature
+    if config.train.kl_coef > 0:
+        if reference_policy is None:
+            raise ValueError("[train] kl_coef > 0 needs a reference policy")
+        reference, _ = load_policy(reference_policy, str(next(model.parameters()).device))
+        batch = replace(batch, reference_logprobs=score(reference.eval(), batch, temperature, config.train))
+        del reference
+    seed = derive_seed(config.seed, round_, "train")
+    return train(model, batch, config.train, temperature, seed, optimizer_state)
