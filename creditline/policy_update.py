@@ -1,7 +1,7 @@
 """One round's policy update: the parent policy trained on the round's step rows and their advantages.
 
 The `checkpoint` asset and `bench/learning.py` both call `update_policy`, so the benchmark measures the
-update the pipeline runs. The sampling temperature of the round's rollouts is the trainer's temperature
+update the pipeline runs. The sampling temperature and top-p of the round's rollouts are the trainer's
 (ρ compares like with like) and the minibatch order is seeded from (seed, round, "train").
 """
 
@@ -40,12 +40,14 @@ def update_policy(
     """
     batch = pack(rows["prompt_ids"], rows["completion_ids"], rows["completion_logprobs"],
                  rows["completion_advantages"], pad_token_id)  # fmt: skip
-    temperature = config.rollouts.temperature
+    temperature, top_p = config.rollouts.temperature, config.rollouts.top_p
     if config.train.kl_coef > 0:
         if reference_policy is None:
             raise ValueError("[train] kl_coef > 0 needs a reference policy")
         reference, _ = load_policy(reference_policy, str(next(model.parameters()).device))
-        batch = replace(batch, reference_logprobs=score(reference.eval(), batch, temperature, config.train))
+        batch = replace(
+            batch, reference_logprobs=score(reference.eval(), batch, temperature, config.train, top_p)
+        )
         del reference
     seed = derive_seed(config.seed, round_, "train")
-    return train(model, batch, config.train, temperature, seed, optimizer_state)
+    return train(model, batch, config.train, temperature, seed, optimizer_state, top_p)

@@ -1,7 +1,7 @@
 """Token-level clipped policy-gradient update on `completion_advantages`.
 
 For every completion token t of every step row, with μ the sampling distribution that produced the
-token (the engine's log-probs, same temperature) and π_old the policy the round's rollouts stand for,
+token (the engine's log-probs, same temperature and nucleus) and π_old the policy the round's rollouts stand for,
 the PPO clipped surrogate (Schulman et al. 2017, Eq. 7) with ρ_t = π_θ(y_t | x, y_<t) / π_old(y_t | …) is
 
     L = (1 / N) Σ_t [ − w_t · min(ρ_t · A_t, clip(ρ_t, 1 − ε, 1 + ε) · A_t)
@@ -144,7 +144,11 @@ def k3(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
 
 
 def score(
-    model: torch.nn.Module, batch: PackedBatch, temperature: float, config: TrainConfig = TrainConfig()
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    temperature: float,
+    config: TrainConfig = TrainConfig(),
+    top_p: float = 1.0,
 ) -> torch.Tensor:
     """The model's log-prob of every completion token, (R, L) on the CPU (0 elsewhere), no gradients.
 
@@ -163,6 +167,7 @@ def score(
                 mask.to(device),
                 temperature,
                 config.logprob_chunk_tokens,
+                top_p=top_p,
             )
             block = out[rows, :length]
             block[mask] = logp.float().cpu()
@@ -177,16 +182,17 @@ def train(
     temperature: float,
     seed: int,
     optimizer_state: dict | None = None,
+    top_p: float = 1.0,
 ):
     """Run the update in place on `model`; return (per-update metrics, optimiser state).
 
-    `temperature` is the sampling temperature (logits are divided by it so ρ compares like with
-    like); `seed` orders the minibatches. With `kl_coef` > 0 the batch must carry `reference_logprobs`.
+    `temperature` and `top_p` are the sampling ones (the trainer's π_θ is the distribution the
+    engine sampled from, so ρ compares like with like); `seed` orders the minibatches. With `kl_coef` > 0 the batch must carry `reference_logprobs`.
     """
     if config.kl_coef > 0 and batch.reference_logprobs is None:
         raise ValueError("kl_coef > 0 needs the batch's reference_logprobs (see `score`)")
     device = _device(model)
-    trainer_old = score(model, batch, temperature, config) if config.tis_cap > 0 else None
+    trainer_old = score(model, batch, temperature, config, top_p) if config.tis_cap > 0 else None
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -222,6 +228,7 @@ def train(
                         temperature,
                         config.logprob_chunk_tokens,
                         entropy_grad=config.entropy_coef > 0,
+                        top_p=top_p,
                     )
                 logp = logp.float()
                 sampled = _select(batch.old_logprobs, micro, length, mask, device)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from creditline.engines.base import Completion, SamplingParams
+from creditline.logprobs import nucleus_logits
 
 
 class TorchEngine:
@@ -46,8 +47,12 @@ class TorchEngine:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         generator = torch.Generator(self.device).manual_seed(params.seed)
 
-        out = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True
+        out = self.model(  # only the last position's logits: the prompt's others are never used
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
         )
         cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
         position = position_ids[:, -1:]  # (B, 1)
@@ -69,6 +74,7 @@ class TorchEngine:
                 position_ids=position,
                 past_key_values=cache,
                 use_cache=True,
+                logits_to_keep=1,
             )
             cache, logits = out.past_key_values, out.logits[:, -1, :]
         return _completions(torch.stack(tokens, 1).cpu(), torch.stack(logprobs, 1).cpu(), self.eos_token_id)
@@ -83,14 +89,8 @@ def _sample(
         logp = torch.log_softmax(logits, dim=-1)
         token = logp.argmax(dim=-1)
         return token, logp.gather(-1, token[:, None]).squeeze(-1)
-    logp = torch.log_softmax(logits / params.temperature, dim=-1)  # (B, V)
-    probs = logp.exp()
-    if params.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p  # keep the smallest nucleus
-        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    logp = torch.log_softmax(nucleus_logits(logits / params.temperature, params.top_p), dim=-1)  # (B, V)
+    token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 

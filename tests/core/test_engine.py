@@ -4,6 +4,7 @@ import torch
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.engines.torch_engine import _completions
 from creditline.rollout import encode_prompt
+from creditline.trainer import pack, score
 
 
 def make_engine(tiny_policy):
@@ -73,3 +74,26 @@ def test_top_p_keeps_only_the_nucleus(tiny_policy):
         [prompt] * 200, SamplingParams(temperature=1.0, top_p=top_p, max_new_tokens=1, seed=0)
     )
     assert {c.token_ids[0] for c in completions} <= allowed
+    # the reported log-prob is over the renormalised nucleus (vLLM's processed log-probs): p / (p0 + p1)
+    for completion in completions[:5]:
+        token = completion.token_ids[0]
+        expected = float(torch.log(probs[token] / (probs[order[0]] + probs[order[1]])))
+        assert completion.logprobs[0] == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_the_trainer_scores_sampled_tokens_as_the_engine_reported_them(tiny_policy, top_p):
+    """μ (engine) and π_θ (trainer, before any update) are one distribution: equal log-probs per token."""
+    engine, tokenizer = make_engine(tiny_policy)
+    prompts = [
+        encode_prompt(tokenizer, text)
+        for text in ["go key left 2 down 1", "pos 1 1 key 2 2 door 3 3 have no"]
+    ]
+    completions = engine.generate(
+        prompts * 4, SamplingParams(temperature=0.8, top_p=top_p, max_new_tokens=5, seed=3)
+    )
+    batch = pack(prompts * 4, [c.token_ids for c in completions], [c.logprobs for c in completions],
+                 [[0.0] * len(c.token_ids) for c in completions], tokenizer.pad_token_id)  # fmt: skip
+    trainer = score(tiny_policy[0], batch, temperature=0.8, top_p=top_p)
+    torch.testing.assert_close(trainer[batch.completion_mask], batch.old_logprobs[batch.completion_mask],
+                               atol=1e-5, rtol=1e-5)  # fmt: skip

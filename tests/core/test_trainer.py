@@ -72,9 +72,9 @@ def _batch(tokenizer, advantages=(1.0, -1.0, 0.5)):
 
 
 @pytest.mark.parametrize("chunk_tokens", [1, 2, 512])
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 1.0), (0.7, 0.6)])
 def test_chunked_completion_logprobs_and_gradients_equal_the_full_vocabulary_path(
-    tiny_policy, chunk_tokens, temperature
+    tiny_policy, chunk_tokens, temperature, top_p
 ):
     model, tokenizer = tiny_policy
     batch = _batch(tokenizer)
@@ -85,11 +85,13 @@ def test_chunked_completion_logprobs_and_gradients_equal_the_full_vocabulary_pat
         ((logp * weights).sum() + (entropy * weights).sum()).backward()
         return {n: p.grad.clone() for n, p in model.named_parameters()}
 
-    full_logp, full_entropy = full_vocab_logprobs(model, batch.input_ids, batch.attention_mask, temperature)
+    full_logp, full_entropy = full_vocab_logprobs(
+        model, batch.input_ids, batch.attention_mask, temperature, top_p
+    )
     full_logp, full_entropy = full_logp[batch.completion_mask], full_entropy[batch.completion_mask]
     full_grads = grads(full_logp, full_entropy)
     logp, entropy = completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_mask,
-                                        temperature, chunk_tokens, entropy_grad=True)  # fmt: skip
+                                        temperature, chunk_tokens, entropy_grad=True, top_p=top_p)  # fmt: skip
     assert logp.shape == entropy.shape == (int(batch.completion_mask.sum()),)
     torch.testing.assert_close(logp, full_logp, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(entropy, full_entropy, atol=1e-5, rtol=1e-5)
