@@ -6,6 +6,7 @@ import pandas as pd
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, read_artifact, recorded_output
+from creditline.engines import release_generation_memory
 from creditline.faults import failpoint
 from creditline.lineage_chain import parent_checkpoint
 from creditline.policy import load_optimizer_state, load_policy, save_policy
@@ -70,6 +71,7 @@ def _train(
     context, lineage, config, steps, advantages, parent, parents, round_
 ) -> tuple[ArtifactRecord, list]:
     """The update itself: load the parent, train on the round's rows, save and record the new folder."""
+    release_generation_memory()  # vLLM's weights and KV cache leave the GPU the trainer needs
     model, tokenizer = load_policy(parent.path, config.rollouts.device)
     initial = parent_checkpoint(lineage.store(), config.name, 1) if config.train.kl_coef > 0 else None
     metrics, optimizer_state = update_policy(

@@ -70,6 +70,17 @@ class RolloutSettings:
     engine: str = field(default="torch", metadata={"choices": ENGINES})
     """"torch" (any machine) or "vllm" (CUDA GPU, `creditline[vllm]`)."""
     device: str = field(default="cpu", metadata={"pattern": DEVICE_RULE})
+    gpu_memory_utilization: float = field(default=0.5, metadata={"range": "(0, 1]"})
+    """vLLM: fraction of the GPU's memory for weights and KV cache (training gets it back between rollouts)."""
+    tensor_parallel_size: int = field(default=1, metadata={"range": "[1, 64]"})
+    """vLLM: GPUs one engine spans."""
+    enforce_eager: bool = False
+    """vLLM: true skips CUDA graphs (faster start, slower decoding)."""
+
+    def vllm_settings(self):
+        from creditline.engines.vllm_engine import VLLMSettings
+
+        return VLLMSettings(self.gpu_memory_utilization, self.tensor_parallel_size, self.enforce_eager)
 
 
 @dataclass(frozen=True)

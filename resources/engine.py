@@ -19,4 +19,6 @@ class EngineResource(dg.ConfigurableResource):
     """Empty: use the experiment's `rollouts.device`."""
 
     def load(self, checkpoint: str | Path, settings: RolloutSettings) -> Engine:
-        return make_engine(settings.engine, checkpoint, self.device_override or settings.device)
+        return make_engine(
+            settings.engine, checkpoint, self.device_override or settings.device, settings.vllm_settings()
+        )

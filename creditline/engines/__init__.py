@@ -8,15 +8,32 @@ from creditline.engines.base import Completion, Engine, SamplingParams
 from creditline.engines.torch_engine import TorchEngine
 
 
-def make_engine(kind: str, folder: str | Path, device: str = "cpu") -> Engine:
-    """`kind` is "torch" or "vllm"; both load the same HF checkpoint folder."""
+def make_engine(kind: str, folder: str | Path, device: str = "cpu", vllm_settings=None) -> Engine:
+    """`kind` is "torch" or "vllm"; both load the same HF checkpoint folder. vLLM engines are shared
+    within a process (`VLLMEngine.shared`); `vllm_settings` is a `VLLMSettings`."""
     if kind == "torch":
         return TorchEngine.from_checkpoint(folder, device)
     if kind == "vllm":
-        from creditline.engines.vllm_engine import VLLMEngine
+        from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings
 
-        return VLLMEngine(folder)
+        return VLLMEngine.shared(folder, vllm_settings or VLLMSettings())
     raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
 
 
-__all__ = ["Completion", "Engine", "SamplingParams", "TorchEngine", "make_engine"]
+def release_generation_memory() -> None:
+    """Free the GPU memory the process's vLLM engines hold, before training (nothing without vLLM)."""
+    import sys
+
+    module = sys.modules.get("creditline.engines.vllm_engine")
+    if module is not None:
+        module.VLLMEngine.release_all()
+
+
+__all__ = [
+    "Completion",
+    "Engine",
+    "SamplingParams",
+    "TorchEngine",
+    "make_engine",
+    "release_generation_memory",
+]

@@ -34,14 +34,15 @@ DEFAULT_SNAPSHOT = json.loads("""
  "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
                                     "view": "relative"}},
  "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
- "rollouts": {"device": "cpu", "engine": "torch", "group_size": 8, "max_new_tokens": 1, "tasks_per_round": 64,
-              "temperature": 1.0, "top_p": 1.0},
+ "rollouts": {"device": "cpu", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
+              "group_size": 8, "max_new_tokens": 1, "tasks_per_round": 64, "temperature": 1.0,
+              "tensor_parallel_size": 1, "top_p": 1.0},
  "rounds": 20, "rubric": "env", "seed": 0,
  "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
            "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
            "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0}}
 """)
-DEFAULT_HASH = "277991d383d01587"
+DEFAULT_HASH = "c7c6b80ef303edb2"
 """`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
 
@@ -159,8 +160,9 @@ BAD_CASES = {
     "estimator": ('[advantages]\nestimator = "ppo"', f'advantages.estimator = "ppo": {one_of(available())}'),
     "unknown key": (
         "[rollouts]\ngrup_size = 4",
-        "rollouts.grup_size = 4: unknown key (did you mean group_size?); known keys: device, engine, "
-        "group_size, max_new_tokens, tasks_per_round, temperature, top_p",
+        "rollouts.grup_size = 4: unknown key (did you mean group_size?); known keys: device, enforce_eager, "
+        "engine, gpu_memory_utilization, group_size, max_new_tokens, tasks_per_round, temperature, "
+        "tensor_parallel_size, top_p",
     ),
     "unknown section": (
         "[rollout]\ngroup_size = 4",
