@@ -4,6 +4,7 @@
 #   make ui     dagster dev on 127.0.0.1:3000 over the same instance `make run` used
 #   make bench  advantage estimators vs plain loops, 1M rows (~20 s)
 #   make bench-learning  GiGPO vs GRPO rounds to +0.30 success, 3 seeds (~10 min)
+#   make bench-trainer   one training step at vocabulary 151,936: chunked vs full-vocabulary log-probs
 #   make lint   ruff check + format check
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ DATA_ROOT ?= $(CURDIR)/creditline-data
 UI_PORT ?= 3000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test ui bench bench-learning lint install install-test clean
+.PHONY: run test ui bench bench-learning bench-trainer lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +50,9 @@ bench: install-test
 
 bench-learning: install-test
 	$(BIN)/python bench/learning.py
+
+bench-trainer: install-test
+	$(BIN)/python bench/trainer.py
 
 lint: install-test
 	$(BIN)/ruff check .
