@@ -154,23 +154,11 @@ def score(
 
     Gives π_old (truncated importance sampling) and π_ref (reference KL) in the batch's layout."""
     out = torch.zeros(batch.old_logprobs.shape)
-    device = _device(model)
-    lengths = batch.attention_mask.sum(1)
-    with torch.no_grad(), _autocast(device, config.bf16):
-        for rows in micro_batches(lengths, config.micro_batch_tokens):
-            length = int(lengths[rows].max())
-            mask = batch.completion_mask[rows, :length]
-            logp, _ = completion_logprobs(
-                model,
-                batch.input_ids[rows, :length].to(device),
-                batch.attention_mask[rows, :length].to(device),
-                mask.to(device),
-                temperature,
-                config.logprob_chunk_tokens,
-                top_p=top_p,
-            )
+    with torch.no_grad():
+        for rows in micro_batches(batch.attention_mask.sum(1), config.micro_batch_tokens):
+            logp, _, mask, length = _rows_logprobs(model, batch, rows, config, temperature, top_p)
             block = out[rows, :length]
-            block[mask] = logp.float().cpu()
+            block[mask] = logp.cpu()
             out[rows, :length] = block
     return out
 
@@ -187,7 +175,8 @@ def train(
     """Run the update in place on `model`; return (per-update metrics, optimiser state).
 
     `temperature` and `top_p` are the sampling ones (the trainer's π_θ is the distribution the
-    engine sampled from, so ρ compares like with like); `seed` orders the minibatches. With `kl_coef` > 0 the batch must carry `reference_logprobs`.
+    engine sampled from, so ρ compares like with like); `seed` orders the minibatches. With
+    `kl_coef` > 0 the batch must carry `reference_logprobs`.
     """
     if config.kl_coef > 0 and batch.reference_logprobs is None:
         raise ValueError("kl_coef > 0 needs the batch's reference_logprobs (see `score`)")
@@ -217,20 +206,8 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             for local in micro_batches(lengths[mb_rows], config.micro_batch_tokens):
                 micro = mb_rows[local]
-                length = int(lengths[micro].max())
-                mask = batch.completion_mask[micro, :length]
-                with _autocast(device, config.bf16):
-                    logp, entropy = completion_logprobs(
-                        model,
-                        batch.input_ids[micro, :length].to(device),
-                        batch.attention_mask[micro, :length].to(device),
-                        mask.to(device),
-                        temperature,
-                        config.logprob_chunk_tokens,
-                        entropy_grad=config.entropy_coef > 0,
-                        top_p=top_p,
-                    )
-                logp = logp.float()
+                logp, entropy, mask, length = _rows_logprobs(model, batch, micro, config, temperature, top_p,
+                                                             entropy_grad=config.entropy_coef > 0)  # fmt: skip
                 sampled = _select(batch.old_logprobs, micro, length, mask, device)
                 old = sampled if trainer_old is None else _select(trainer_old, micro, length, mask, device)
                 terms, clipped = clipped_pg_terms(
@@ -277,6 +254,34 @@ def train(
     model.eval()
     # every update row carries the round's mismatch, so a reused training table still has it
     return [{**m, "sampler_kl": sampler_kl} for m in metrics], optimizer.state_dict()
+
+
+def _rows_logprobs(
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    rows: torch.Tensor,
+    config: TrainConfig,
+    temperature: float,
+    top_p: float,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Log-probs (n,) fp32 and entropies (n,) of the completion tokens of `rows`, with their mask
+    (len(rows), length) on the CPU and `length`, the longest of the rows (padding columns trimmed)."""
+    length = int(batch.attention_mask[rows].sum(1).max())
+    mask = batch.completion_mask[rows, :length]
+    device = _device(model)
+    with _autocast(device, config.bf16):
+        logp, entropy = completion_logprobs(
+            model,
+            batch.input_ids[rows, :length].to(device),
+            batch.attention_mask[rows, :length].to(device),
+            mask.to(device),
+            temperature,
+            config.logprob_chunk_tokens,
+            entropy_grad=entropy_grad,
+            top_p=top_p,
+        )
+    return logp.float(), entropy, mask, length
 
 
 def _select(table: torch.Tensor, rows: torch.Tensor, length: int, mask: torch.Tensor, device) -> torch.Tensor:
