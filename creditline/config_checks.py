@@ -277,9 +277,24 @@ def initial_policy_problems(value: str, *, files: bool) -> list[Problem]:
         return []
     folder = Path(value).expanduser()
     if (folder / "config.json").is_file():
-        return []
+        why = tokenizer_problem(folder)
+        return [] if why is None else [Problem("initial_policy", value, why)]
     why = "the folder has no config.json" if folder.is_dir() else "no such folder"
     return [Problem("initial_policy", value, f'must be "{BUILTIN_POLICY}" or a HF checkpoint folder ({why})')]
+
+
+def tokenizer_problem(folder: Path) -> str | None:
+    """Why the checkpoint's tokenizer cannot serve a policy (none loads, or it has no EOS to stop a
+    completion at), or None."""
+    from creditline.policy import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(folder)
+    except (OSError, ValueError, TypeError) as exc:
+        return f"its tokenizer cannot be loaded ({str(exc).splitlines()[0][:200]})"
+    if tokenizer.eos_token_id is None:
+        return "its tokenizer has no EOS token, so a completion could never stop: set eos_token in tokenizer_config.json"
+    return None
 
 
 def field_default(cls: type, path: str) -> Any:

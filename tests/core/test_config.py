@@ -232,7 +232,22 @@ def test_a_folder_without_config_json_is_not_a_policy(tmp_path):
     (line,) = problems_of(tmp_path, f'initial_policy = "{tmp_path / "ckpt"}"')
     assert line.endswith('must be "builtin:tiny" or a HF checkpoint folder (the folder has no config.json)')
     (tmp_path / "ckpt" / "config.json").write_text("{}")
-    assert load_config(tmp_path / "grpo.toml").initial_policy == str(tmp_path / "ckpt")
+    (line,) = problems_of(tmp_path, f'initial_policy = "{tmp_path / "ckpt"}"')
+    assert "its tokenizer cannot be loaded (" in line
+
+
+def test_a_checkpoint_whose_tokenizer_has_no_eos_is_refused(tmp_path, tiny_policy_dir):
+    import shutil
+
+    folder = shutil.copytree(tiny_policy_dir, tmp_path / "ckpt")
+    config = tmp_path / "grpo.toml"
+    config.write_text(f'initial_policy = "{folder}"')
+    assert load_config(config).initial_policy == str(folder)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "eos_token": None}))
+    (line,) = problems_of(tmp_path, f'initial_policy = "{folder}"')
+    assert line.endswith("its tokenizer has no EOS token, so a completion could never stop: set eos_token in "
+                         "tokenizer_config.json")  # fmt: skip
 
 
 def test_a_registered_config_reads_back_though_its_policy_folder_is_gone(tmp_path):

@@ -97,3 +97,12 @@ def test_the_trainer_scores_sampled_tokens_as_the_engine_reported_them(tiny_poli
     trainer = score(tiny_policy[0], batch, temperature=0.8, top_p=top_p)
     torch.testing.assert_close(trainer[batch.completion_mask], batch.old_logprobs[batch.completion_mask],
                                atol=1e-5, rtol=1e-5)  # fmt: skip
+
+
+def test_a_prompt_longer_than_the_context_is_refused_naming_the_row(tiny_policy):
+    engine, tokenizer = make_engine(tiny_policy)
+    short, long_ = encode_prompt(tokenizer, "go key left 2 down 1"), [tokenizer.bos_token_id] * 62
+    with pytest.raises(
+        ValueError, match=r"prompt 1: 62 tokens \+ max_new_tokens 4 exceed the model's context of 64"
+    ):
+        engine.generate([short, long_], SamplingParams(max_new_tokens=4))
