@@ -116,6 +116,7 @@ def _chunk(
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         probs = torch.softmax(logits, dim=-1)
         entropy = normaliser - (probs * logits.masked_fill(probs == 0, 0.0)).sum(-1)  # 0 · (−∞) is 0
+        entropy = entropy.clamp(min=0.0)  # ≥ 0; a near one-hot distribution can round to −1e-7
     return logp, entropy if entropy_grad else entropy.detach()
 
 
@@ -147,4 +148,4 @@ def full_vocab_logprobs(
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all.masked_fill(logp_all == float("-inf"), 0.0)).sum(-1)
-    return logp, entropy
+    return logp, entropy.clamp(min=0.0)

@@ -138,9 +138,12 @@ def clipped_pg_terms(
 
 
 def k3(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(q‖p) from tokens sampled from q: e^d − d − 1, d = log p − log q."""
+    """Per-token k3 estimate of KL(q‖p) from tokens sampled from q: e^d − d − 1, d = log p − log q.
+
+    It is ≥ 0 for every d; computed near d = 0 it can round to −1e-11, so it is clamped at 0 (where its
+    gradient e^d − 1 is ~0 anyway)."""
     d = log_p - log_q
-    return d.exp() - d - 1
+    return (torch.expm1(d) - d).clamp(min=0.0)
 
 
 def score(

@@ -201,3 +201,10 @@ def test_kl_to_the_reference_needs_reference_logprobs(tiny_policy):
     model, tokenizer = tiny_policy
     with pytest.raises(ValueError, match="reference_logprobs"):
         train(model, _batch(tokenizer), TrainConfig(kl_coef=0.1), 1.0, seed=0)
+
+
+def test_k3_is_never_negative_where_it_rounds_near_zero():
+    """A `make run` round failed the training table's schema on k3 = −4.6e-11 (e^d − d − 1 at d ≈ 0)."""
+    d = torch.linspace(-1e-4, 1e-4, 100_001, dtype=torch.float32)
+    assert bool((k3(d, torch.zeros_like(d)) >= 0).all())
+    assert float(k3(torch.tensor([1e-3]), torch.zeros(1))) == pytest.approx(1e-3**2 / 2, rel=1e-2)
