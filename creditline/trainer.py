@@ -230,8 +230,11 @@ def train(
                 sums["loss"] += float(loss_sum.detach())
                 sums["entropy"] += float(entropy.detach().float().sum())
                 sums["clipped"] += float(clipped.sum())
-                sums["approx_kl"] += float(k3(detached, old).sum())  # KL(π_old‖π_θ)
-                sums["sampler_kl"] += float(k3(detached, sampled).sum())  # KL(μ‖π_θ); π_θ = π_old at first
+                sampler_kl_sum = float(k3(detached, sampled).sum())  # KL(μ‖π_θ); π_θ = π_old at first
+                sums["sampler_kl"] += sampler_kl_sum
+                sums["approx_kl"] += (  # KL(π_old‖π_θ); π_old is μ without TIS
+                    sampler_kl_sum if trainer_old is None else float(k3(detached, old).sum())
+                )
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             failpoint("train:update")

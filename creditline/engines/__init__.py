@@ -21,12 +21,11 @@ def make_engine(kind: str, folder: str | Path, device: str = "cpu", vllm_setting
 
 
 def release_generation_memory() -> None:
-    """Free the GPU memory the process's vLLM engines hold, before training (nothing without vLLM)."""
-    import sys
+    """Free the GPU memory the process's vLLM engines hold, before training (none built: nothing to do;
+    the module imports vLLM only when an engine is built)."""
+    from creditline.engines.vllm_engine import VLLMEngine
 
-    module = sys.modules.get("creditline.engines.vllm_engine")
-    if module is not None:
-        module.VLLMEngine.release_all()
+    VLLMEngine.release_all()
 
 
 __all__ = [

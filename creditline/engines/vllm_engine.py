@@ -10,8 +10,7 @@ log-softmax), which is `creditline.logprobs.nucleus_logits`'s definition, the tr
 One engine per process and configuration (`VLLMEngine.shared`): building a vLLM engine takes tens of
 seconds (weights, CUDA graphs, KV-cache profiling), so the rounds of a `creditline run` reuse it and a
 new checkpoint of the same architecture is loaded by reloading weights. Training runs on the same GPU,
-so `release_all` puts every engine to sleep first (level 2: weights and KV cache freed, the CUDA
-graphs kept); the next `shared` call wakes it with the new weights. vLLM is imported lazily: nothing on
+so `release_all` puts every engine to sleep first (level 2: weights and KV cache freed); the next `shared` call wakes it with the new weights. vLLM is imported lazily: nothing on
 the CPU path needs it installed.
 """
 

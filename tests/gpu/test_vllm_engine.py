@@ -19,7 +19,7 @@ def test_vllm_greedy_matches_torch_greedy(tiny_policy_dir):
     prompts = [encode_prompt(tokenizer, f"pos {x} 1 key 2 3 door 4 0 have no last none") for x in range(5)]
     greedy = SamplingParams(temperature=0.0, max_new_tokens=3)
     expected = TorchEngine.from_checkpoint(tiny_policy_dir, "cuda").generate(prompts, greedy)
-    actual = VLLMEngine(tiny_policy_dir).generate(prompts, greedy)
+    actual = VLLMEngine.shared(tiny_policy_dir).generate(prompts, greedy)  # one sleep-mode engine a process
     assert [c.token_ids for c in actual] == [c.token_ids for c in expected]
     for a, e in zip(actual, expected, strict=True):
         assert a.logprobs == pytest.approx(e.logprobs, abs=1e-2)
