@@ -59,6 +59,7 @@ def rollouts(
             config.env.build, experiment, round_,
             training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
             SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens, config.seed),
+            settings.prompt_format,
         )  # fmt: skip
         episode_table, step_table = tables.episodes, tables.steps
         episodes = persist_table(context, lineage, episode_table, table="episodes", **common)
@@ -69,6 +70,7 @@ def rollouts(
         "env_return": float(episode_table["env_return"].mean()),
         "valid_action_rate": float(step_table["valid_action"].mean()),
         "steps_per_episode": float(episode_table["num_steps"].mean()),
+        "truncated_completion_rate": _truncated_completions(step_table),
     }
     log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
     context.log.info(
@@ -78,4 +80,10 @@ def rollouts(
     yield materialized(episodes, "episodes", success_rate=metrics["success_rate"],
                        env_return=metrics["env_return"], parent_checkpoint=parent.content_hash)  # fmt: skip
     yield materialized(steps, "steps", valid_action_rate=metrics["valid_action_rate"],
+                       truncated_completion_rate=metrics["truncated_completion_rate"],
                        parent_checkpoint=parent.content_hash)  # fmt: skip
+
+
+def _truncated_completions(steps) -> float:
+    """Share of completions cut at max_new_tokens (0 for rounds written before finish_reason was recorded)."""
+    return float((steps["finish_reason"] == "length").mean()) if "finish_reason" in steps else 0.0

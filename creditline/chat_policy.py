@@ -36,6 +36,7 @@ give byte-identical files and the same content hash for the checkpoint folder.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,3 +169,21 @@ def build_chat_policy(
     model.generation_config.bos_token_id = None
     save_policy(model, tokenizer, folder)
     return Path(folder)
+
+
+def environment_corpus(env_factory, episodes: int = 200, seed: int = 0) -> list[str]:
+    """Texts to train the tokenizer on: the environment's instructions, the observations of `episodes`
+    episodes played with random well-formed actions, and those actions. Deterministic in `seed`."""
+    rng = random.Random(f"corpus:{seed}")
+    env = env_factory()
+    texts = [env.instructions]
+    for episode in range(episodes):
+        observation = env.reset(episode, seed)
+        texts.append(observation.text)
+        for _ in range(env.max_steps):
+            action = env.format_example(rng)
+            transition = env.step(action)
+            texts += [action, transition.observation.text]
+            if transition.done or transition.truncated:
+                break
+    return texts

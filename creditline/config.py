@@ -31,7 +31,9 @@ from typing import Any
 
 from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
 from creditline.envs import ENVIRONMENTS, Environment, make_env
+from creditline.rollout import PROMPT_FORMATS
 from creditline.trainer import TrainConfig
+from creditline.warm_start import WarmStartSettings
 
 EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 NAME_RULE = (EXPERIMENT_NAME, "1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit")
@@ -66,7 +68,11 @@ class RolloutSettings:
     temperature: float = field(default=1.0, metadata={"range": "(0, 10]"})
     top_p: float = field(default=1.0, metadata={"range": "(0, 1]"})
     max_new_tokens: int = field(default=1, metadata={"range": "[1, 32_768]"})
-    """Completion length limit; the built-in maze actions are one token."""
+    """Completion length limit (a longer completion is cut and recorded as `finish_reason` "length");
+    the built-in tiny policy's actions are one token."""
+    prompt_format: str = field(default="auto", metadata={"choices": PROMPT_FORMATS})
+    """"chat": a conversation rendered by the tokenizer's chat template, its token ids kept turn to turn;
+    "plain": the observation's text alone each turn; "auto": chat when the tokenizer has a template."""
     engine: str = field(default="torch", metadata={"choices": ENGINES})
     """"torch" (any machine) or "vllm" (CUDA GPU, `creditline[vllm]`)."""
     device: str = field(default="cpu", metadata={"pattern": DEVICE_RULE})
@@ -109,8 +115,9 @@ class ExperimentConfig:
     rounds: int = field(default=20, metadata={"range": "[1, 10_000]"})
     """The most rounds this experiment runs (the sensor stops there; `creditline run --rounds` may ask fewer)."""
     initial_policy: str = BUILTIN_POLICY
-    """"builtin:tiny" (a random tiny Llama from `seed`) or the path of a local HF checkpoint folder
-    (one with a config.json; looked for when a config is loaded)."""
+    """"builtin:tiny" (a random tiny word-level Llama from `seed`), "builtin:chat" (a random small Qwen2
+    chat model whose BPE tokenizer is trained on the environment's text) or the path of a local HF
+    checkpoint folder (one with a config.json; looked for when a config is loaded)."""
     rubric: str = field(default="env", metadata={"choices": registered("creditline.rubrics", "RUBRICS")})
     """The registered rubric used for training (`creditline.rubrics.RUBRICS`)."""
     env: EnvSettings = field(default_factory=EnvSettings)
@@ -120,6 +127,8 @@ class ExperimentConfig:
         default_factory=lambda: TrainConfig(learning_rate=2e-3, epochs=2, minibatches=2)
     )
     eval: EvalSettings = field(default_factory=EvalSettings)
+    warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
+    """A supervised pass on random well-formed actions before round 1 (`creditline.warm_start`); off by default."""
 
     def __post_init__(self):
         _, problems = check_config(ExperimentConfig, self.to_dict())

@@ -63,7 +63,15 @@ def registered(module: str, name: str) -> Callable[[], Any]:
 
 
 BUILTIN_POLICY = "builtin:tiny"
-RELATIONS = ("initial_policy", "env.params", "advantages.params", "train.minibatches")
+BUILTIN_CHAT_POLICY = "builtin:chat"
+BUILTIN_POLICIES = (BUILTIN_POLICY, BUILTIN_CHAT_POLICY)
+RELATIONS = (
+    "initial_policy",
+    "env.params",
+    "advantages.params",
+    "train.minibatches",
+    "rollouts.prompt_format",
+)
 """Fields whose check needs other fields or the file system (see the functions at the end)."""
 
 
@@ -253,6 +261,8 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
     problems: list[Problem] = []
     if "initial_policy" in config:
         problems += initial_policy_problems(config["initial_policy"], files=files)
+        if rollouts.get("prompt_format") == "chat":
+            problems += chat_format_problems(config["initial_policy"], files=files)
     if "name" in env and "params" in env:
         note = inherited_note(cls, "env.name", "env.params", env["name"], env["params"])
         problems += env_problems(env["name"], env["params"], note)
@@ -273,14 +283,35 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
 
 
 def initial_policy_problems(value: str, *, files: bool) -> list[Problem]:
-    if value == BUILTIN_POLICY or not files:
+    if value in BUILTIN_POLICIES or not files:
         return []
     folder = Path(value).expanduser()
     if (folder / "config.json").is_file():
         why = tokenizer_problem(folder)
         return [] if why is None else [Problem("initial_policy", value, why)]
     why = "the folder has no config.json" if folder.is_dir() else "no such folder"
-    return [Problem("initial_policy", value, f'must be "{BUILTIN_POLICY}" or a HF checkpoint folder ({why})')]
+    choices = ", ".join(f'"{name}"' for name in BUILTIN_POLICIES)
+    return [Problem("initial_policy", value, f"must be {choices} or a HF checkpoint folder ({why})")]
+
+
+def chat_format_problems(policy: str, *, files: bool) -> list[Problem]:
+    """`prompt_format = "chat"` needs a policy whose tokenizer has a chat template."""
+    if policy == BUILTIN_POLICY:
+        why = 'the built-in tiny policy has no chat template: use "plain" or "auto", or initial_policy "builtin:chat"'
+        return [Problem("rollouts.prompt_format", "chat", why)]
+    if policy in BUILTIN_POLICIES or not files or not (Path(policy).expanduser() / "config.json").is_file():
+        return []
+    from creditline.conversation import has_chat_template
+    from creditline.policy import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(Path(policy).expanduser())
+    except (OSError, ValueError, TypeError):
+        return []  # reported by initial_policy_problems
+    if has_chat_template(tokenizer):
+        return []
+    why = f'the tokenizer of {policy} has no chat template: add one to its tokenizer_config.json, or use "plain"'
+    return [Problem("rollouts.prompt_format", "chat", why)]
 
 
 def tokenizer_problem(folder: Path) -> str | None:

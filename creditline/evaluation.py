@@ -34,11 +34,12 @@ def evaluate(
     round_: int,
     num_tasks: int,
     max_new_tokens: int,
+    prompt_format: str = "auto",
 ) -> tuple[pd.DataFrame, EvaluationSummary]:
     """Play every held-out task once, greedily; return the episode table and its summary."""
     greedy = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
     tables = run_episodes(
-        engine, tokenizer, env_factory, experiment, round_, eval_task_ids(num_tasks), 1, greedy
+        engine, tokenizer, env_factory, experiment, round_, eval_task_ids(num_tasks), 1, greedy, prompt_format
     )
     episodes, steps = tables.episodes, tables.steps
     summary = EvaluationSummary(

@@ -11,10 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from creditline.config import ExperimentConfig
-from creditline.policy import TinyPolicyConfig, build_tiny_policy
+from creditline.initial_policy import build_initial_policy
 from creditline.store import ArtifactRecord, LineageStore, check_on_disk, hash_path
-
-BUILTIN_POLICY = "builtin:tiny"
 
 
 class ParentCheckpointError(RuntimeError):
@@ -24,21 +22,15 @@ class ParentCheckpointError(RuntimeError):
 def ensure_initial_policy(
     store: LineageStore, config: ExperimentConfig, builtin_folder: Path
 ) -> ArtifactRecord:
-    """The experiment's initial policy, built (built-in) or registered (user folder) on first use."""
+    """The experiment's initial policy, built (built-in, warm start) or registered (user folder) on first use."""
     existing = store.initial_policy(config.name)
     if existing is not None:
         return existing
-    if config.initial_policy == BUILTIN_POLICY:
-        folder = build_tiny_policy(builtin_folder, TinyPolicyConfig(seed=config.seed))
-        source = BUILTIN_POLICY
-    else:
-        folder = Path(config.initial_policy).resolve()
-        if not (folder / "config.json").exists():
-            raise ParentCheckpointError(
-                f"initial_policy {folder} is not a HF checkpoint folder (no config.json)"
-            )
-        source = "user"
-    return store.record_initial_policy(config.name, str(folder), hash_path(folder), meta={"source": source})
+    try:
+        folder, meta = build_initial_policy(config, builtin_folder)
+    except FileNotFoundError as exc:
+        raise ParentCheckpointError(str(exc)) from None
+    return store.record_initial_policy(config.name, str(folder), hash_path(folder), meta=meta)
 
 
 def parent_checkpoint(store: LineageStore, experiment: str, round_: int) -> ArtifactRecord:

@@ -1,8 +1,21 @@
 """Run a batch of episodes: every active episode takes its turn in one engine call.
 
-For each turn, the prompts of all episodes still running are tokenised and generated together
-(one batched call, the engine's KV cache inside it), each completion is decoded and applied to its
-own environment. The output is the data contract's two long tables:
+For each turn, the prompts of all episodes still running are generated together (one batched call, the
+engine's KV cache inside it), each completion is decoded and applied to its own environment. Prompts
+come in one of two formats (`PROMPT_FORMATS`):
+
+- `chat`: the episode is a conversation rendered by the tokenizer's chat template (the environment's
+  `instructions` as the system message, each observation a user message, each completion an assistant
+  message). Its token ids only grow: turn t+1's prompt is turn t's prompt + the sampled completion ids +
+  the environment's reply (`creditline.conversation`), so what is trained on is what was sampled.
+- `plain`: each turn's prompt is the current observation's text alone (BOS first), for policies without
+  a chat template such as the built-in word-level one.
+
+Completions end at the EOS or at `max_new_tokens` (`finish_reason` "length" on the step row: the turn was
+cut). An episode whose next prompt would not fit the model's context ends there, truncated
+(`stop_reason` "context_limit"), instead of failing the batch.
+
+The output is the data contract's two long tables:
 
 - `episodes`: one row per episode (num_steps, success, env_return, stop_reason);
 - `steps`: one row per model call, with the token ids, the sampling log-probs, the anchor key of
@@ -20,8 +33,12 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from creditline import ids
+from creditline.conversation import ChatTemplateError, Conversation, has_chat_template
 from creditline.engines.base import Engine, SamplingParams
 from creditline.envs.base import Environment, Observation
+
+PROMPT_FORMATS = ("auto", "chat", "plain")
+"""`auto`: chat when the tokenizer has a chat template, plain otherwise."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,8 @@ class _Episode:
     task_id: int
     sample_idx: int
     observation: Observation
+    prompt_ids: list[int]
+    conversation: Conversation | None
     env_return: float = 0.0
     num_steps: int = 0
     success: bool = False
@@ -54,6 +73,20 @@ def decode_action(tokenizer, completion_ids: Sequence[int]) -> str:
     return tokenizer.decode(list(completion_ids), skip_special_tokens=True).strip()
 
 
+def resolve_prompt_format(tokenizer, prompt_format: str) -> str:
+    """ "chat" or "plain" for `tokenizer`; asking for chat from a tokenizer without a template is refused."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"unknown prompt format {prompt_format!r}; choose one of {PROMPT_FORMATS}")
+    if prompt_format == "auto":
+        return "chat" if has_chat_template(tokenizer) else "plain"
+    if prompt_format == "chat" and not has_chat_template(tokenizer):
+        raise ChatTemplateError(
+            f"prompt_format is chat but the tokenizer ({getattr(tokenizer, 'name_or_path', '?')}) has no "
+            'chat template: add one to its tokenizer_config.json, or set [rollouts] prompt_format = "plain"'
+        )
+    return prompt_format
+
+
 def run_episodes(
     engine: Engine,
     tokenizer,
@@ -63,12 +96,21 @@ def run_episodes(
     task_ids: Sequence[int],
     group_size: int,
     sampling: SamplingParams,
+    prompt_format: str = "auto",
 ) -> RolloutTables:
     """Play `group_size` episodes of every task in `task_ids` to the end, batched per turn."""
+    chat = resolve_prompt_format(tokenizer, prompt_format) == "chat"
+    context = getattr(engine, "context_length", None)
     episodes = []
     for task in task_ids:
         for sample in range(group_size):
             env = env_factory()
+            observation = env.reset(task, ids.derive_seed(sampling.seed, round_, task, sample))
+            conversation = (
+                Conversation(tokenizer, observation.text, getattr(env, "instructions", None))
+                if chat
+                else None
+            )
             episodes.append(
                 _Episode(
                     env=env,
@@ -76,20 +118,33 @@ def run_episodes(
                     group_id=ids.group_id(experiment, round_, task),
                     task_id=int(task),
                     sample_idx=sample,
-                    observation=env.reset(task, ids.derive_seed(sampling.seed, round_, task, sample)),
+                    observation=observation,
+                    prompt_ids=(
+                        conversation.prompt_ids
+                        if conversation
+                        else encode_prompt(tokenizer, observation.text)
+                    ),
+                    conversation=conversation,
                 )
             )
     step_rows: list[dict] = []
     active = list(episodes)
     turn = 0
     while active:
-        prompts = [encode_prompt(tokenizer, ep.observation.text) for ep in active]
         turn_sampling = replace(sampling, seed=ids.derive_seed(sampling.seed, round_, turn))
-        completions = engine.generate(prompts, turn_sampling)
+        completions = engine.generate([ep.prompt_ids for ep in active], turn_sampling)
         still_active = []
-        for ep, prompt, completion in zip(active, prompts, completions, strict=True):
+        for ep, completion in zip(active, completions, strict=True):
+            prompt = ep.prompt_ids
             action = decode_action(tokenizer, completion.token_ids)
             transition = ep.env.step(action)
+            ended = transition.done or transition.truncated
+            out_of_context = False
+            if not ended:
+                ep.prompt_ids = _next_prompt(ep, tokenizer, completion, transition.observation)
+                out_of_context = (
+                    context is not None and len(ep.prompt_ids) + sampling.max_new_tokens > context
+                )
             step_rows.append(
                 {
                     "round": round_,
@@ -107,17 +162,21 @@ def run_episodes(
                     "step_reward": transition.reward,
                     "valid_action": transition.valid_action,
                     "done": transition.done,
-                    "truncated": transition.truncated,
+                    "truncated": transition.truncated or out_of_context,
+                    "finish_reason": completion.finish_reason,
                 }
             )
             ep.num_steps += 1
             ep.env_return += transition.reward
             ep.observation = transition.observation
-            if transition.done or transition.truncated:
+            if ended or out_of_context:
                 ep.success = transition.success
                 ep.stop_reason = (
-                    "success" if transition.success else ("done" if transition.done else "step_limit")
-                )
+                    "success" if transition.success
+                    else "done" if transition.done
+                    else "step_limit" if transition.truncated
+                    else "context_limit"
+                )  # fmt: skip
             else:
                 still_active.append(ep)
         active = still_active
@@ -142,3 +201,13 @@ def run_episodes(
         .reset_index(drop=True)
     )
     return RolloutTables(episodes=pd.DataFrame(episode_rows), steps=steps)
+
+
+def _next_prompt(ep: _Episode, tokenizer, completion, observation: Observation) -> list[int]:
+    """The prompt of the episode's next turn: the conversation grown by this turn (chat), or the next
+    observation alone (plain)."""
+    if ep.conversation is None:
+        return encode_prompt(tokenizer, observation.text)
+    return ep.conversation.add_turn(
+        completion.token_ids, completion.finish_reason == "stop", observation.text
+    )

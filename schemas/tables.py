@@ -12,7 +12,8 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-STOP_REASONS = ["success", "done", "step_limit"]
+STOP_REASONS = ["success", "done", "step_limit", "context_limit"]
+FINISH_REASONS = ["stop", "length"]
 
 
 def _lengths(values: pd.Series) -> np.ndarray:
@@ -52,6 +53,9 @@ class StepsTable(pa.DataFrameModel):
     valid_action: Series[bool]
     done: Series[bool]
     truncated: Series[bool]
+    finish_reason: Series[str] | None = pa.Field(isin=FINISH_REASONS)
+    """Why the completion ended: "stop" (EOS) or "length" (cut at max_new_tokens). Absent in rounds
+    written before it was recorded."""
 
     class Config:
         strict = True

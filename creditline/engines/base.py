@@ -39,5 +39,7 @@ class Engine(Protocol):
     """Generates completions for a batch of tokenised prompts with one policy checkpoint."""
 
     eos_token_id: int
+    context_length: int | None
+    """The longest prompt + completion in tokens (None: unknown)."""
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]: ...

@@ -32,11 +32,16 @@ class TorchEngine:
         model, tokenizer = load_policy(folder, device)
         return cls(model, tokenizer.eos_token_id, tokenizer.pad_token_id, device)
 
+    @property
+    def context_length(self) -> int | None:
+        """The longest prompt + completion the model takes (its position embeddings), if it says."""
+        return getattr(self.model.config, "max_position_embeddings", None)
+
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         if not prompts:
             return []
-        context = getattr(self.model.config, "max_position_embeddings", None)
+        context = self.context_length
         for row, prompt in enumerate(prompts):
             if context is not None and len(prompt) + params.max_new_tokens > context:
                 raise ValueError(f"prompt {row}: {len(prompt)} tokens + max_new_tokens {params.max_new_tokens} "

@@ -57,6 +57,11 @@ class VLLMEngine:
         self.asleep = False
         self.eos_token_id = self.llm.get_tokenizer().eos_token_id
 
+    @property
+    def context_length(self) -> int:
+        """The longest prompt + completion vLLM serves for this model (`max_model_len`)."""
+        return self.llm.llm_engine.model_config.max_model_len
+
     @classmethod
     def shared(cls, folder: str | Path, settings: VLLMSettings = VLLMSettings()) -> VLLMEngine:
         """This process's engine for `folder`'s architecture and `settings`, awake, with `folder`'s weights."""

@@ -1,20 +1,25 @@
 """`arithmetic`: a single-turn task with a checkable answer (trajectory-level GRPO's natural home).
 
-The prompt is `a + b =` with digits drawn from the task id; the completion is read as the answer's
-digits separated by spaces (`1 2` means twelve). Reward 1 for the right number, 0 otherwise; an
-unparseable completion is an invalid action. One step per episode.
+The prompt is `a + b =` with the operands' digits spaced (`1 2 + 7 =`, one word-level token per digit)
+and drawn from the task id. Parse rule: the completion is the answer's digits, spaces between them
+ignored (`1 2` and `12` both mean twelve); anything else (`twelve`, `12.`, an empty completion) is an
+invalid action. Reward 1 for the right number, 0 otherwise. One step per episode.
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 from creditline.envs.base import Observation, Transition
+
+_ANSWER = re.compile(r"[0-9]( *[0-9])*")
 
 
 class ArithmeticEnv:
     name = "arithmetic"
     max_steps = 1
+    instructions = "Add the two numbers. Answer with the sum in digits and nothing else."
 
     def __init__(self, max_operand: int = 9):
         if not 1 <= max_operand <= 99:
@@ -33,9 +38,9 @@ class ArithmeticEnv:
     def step(self, action: str) -> Transition:
         if self._question is None:
             raise RuntimeError("ArithmeticEnv.step called before reset")
-        words = action.split()
-        valid = bool(words) and all(w.isdigit() and len(w) == 1 for w in words)
-        correct = valid and int("".join(words)) == sum(self._question)
+        answer = action.strip()
+        valid = _ANSWER.fullmatch(answer) is not None
+        correct = valid and int(answer.replace(" ", "")) == sum(self._question)
         done_obs = Observation(text="", anchor="done")
         return Transition(
             observation=done_obs,
@@ -45,6 +50,9 @@ class ArithmeticEnv:
             valid_action=valid,
             success=correct,
         )
+
+    def format_example(self, rng: random.Random) -> str:
+        return str(rng.randint(0, 2 * self.max_operand))
 
     @staticmethod
     def vocabulary() -> list[str]:

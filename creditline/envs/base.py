@@ -8,10 +8,18 @@ Every observation carries an `anchor`: a canonical, history-free description of 
 state (GiGPO's "anchor observation", arXiv 2505.10978 §3.2). Two steps of the same group with equal
 anchors were taken in the same state, which is what step-level (anchor-group) advantages need. The
 prompt text may contain more than the anchor (a hint, the previous action); the anchor must not.
+
+Actions are free text, as a chat policy writes them. Each environment states its parse rule (the maze
+reads the first word, arithmetic the number) and applies it to the decoded completion; a completion that
+does not parse is still a step: `valid_action` is False and the environment's penalty applies.
+`instructions` is the task's description for chat policies (their system message); `format_example`
+draws one well-formed action at random, which is what a warm start teaches (the format, not the task).
 """
 
 from __future__ import annotations
 
+import random
+import re
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -51,6 +59,8 @@ class Environment(Protocol):
 
     name: str
     max_steps: int
+    instructions: str
+    """What the task is and how to answer; the system message of a chat policy's conversation."""
 
     def reset(self, task: int, seed: int) -> Observation:
         """Start task `task`; `seed` drives any randomness inside the episode."""
@@ -60,7 +70,20 @@ class Environment(Protocol):
         """Apply one decoded completion."""
         ...
 
+    def format_example(self, rng: random.Random) -> str:
+        """A random well-formed action (valid in form, chosen without looking at the state)."""
+        ...
+
     @staticmethod
     def vocabulary() -> list[str]:
-        """Every word that can appear in this environment's prompts or valid actions."""
+        """Every word that can appear in this environment's observations or valid actions."""
         ...
+
+
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def first_word(text: str) -> str:
+    """The first run of letters in `text`, lowercased ("" if none): `"Up."` → `"up"`."""
+    match = _WORD.search(text)
+    return match.group(0).lower() if match else ""

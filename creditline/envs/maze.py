@@ -2,7 +2,7 @@
 
 The agent stands on a `size × size` grid with a key and a door. Walking onto the key picks it up;
 reaching the door while holding it solves the task (reward 1, episode ends). Actions are the words
-`up`, `down`, `left`, `right`. A completion that is not exactly one of them is invalid: it costs
+`up`, `down`, `left`, `right` (see the parse rule below). An invalid completion costs
 `invalid_penalty` and the agent does not move. A move into the outer wall is valid but has no
 effect. Episodes stop at `max_steps`.
 
@@ -13,8 +13,12 @@ grouping (GiGPO) has something to group. The anchor is always the history-free a
 by default, the egocentric offset to the current target (`view="relative"`: `go key left 2 down 1`,
 then `go door right 0 up 3` once the key is held). A 2-layer policy learning from sparse rewards
 struggles to compare coordinates across prompt positions; the relative view makes the task one of
-reading the right direction word, which it learns in tens of rounds on a CPU. The prompt adds the previous action (`last up`, `last none`,
-`last invalid`) when `show_last_action` is on, as in the prototype that learned (learning notes).
+reading the right direction word, which it learns in tens of rounds on a CPU. The prompt adds the previous
+action (`last up`, `last none`, `last invalid`) when `show_last_action` is on, as in the prototype that
+learned (learning notes).
+
+Parse rule: the action is the first word of the completion, case and punctuation ignored (`Up.` and
+`up, then left` both move up); a completion whose first word is not a move is invalid.
 
 `progress_reward` c > 0 adds potential-based shaping (Ng, Harada & Russell 1999, Eq. 2):
 F(s, s') = Φ(s') − Φ(s) with Φ(s) = −c · (Manhattan length of the rest of the task). Shaping of this
@@ -33,7 +37,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from creditline.envs.base import Observation, Transition
+from creditline.envs.base import Observation, Transition, first_word
 
 MOVES: dict[str, tuple[int, int]] = {"up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
 
@@ -54,6 +58,11 @@ def layout_for_task(task: int, size: int) -> MazeLayout:
 
 class MazeEnv:
     name = "maze"
+    instructions = (
+        "You are in a grid maze. Walk onto the key, then onto the door. Each message says where your "
+        "target is (go key, or go door once you hold the key: left or right, up or down, and how many "
+        "steps) and your last move. Answer with one word: up, down, left or right."
+    )
 
     def __init__(
         self,
@@ -100,8 +109,9 @@ class MazeEnv:
         if self._layout is None:
             raise RuntimeError("MazeEnv.step called before reset")
         self._steps += 1
-        move = MOVES.get(action.strip())
-        self._last_action = action.strip() if move is not None else "invalid"
+        word = first_word(action)
+        move = MOVES.get(word)
+        self._last_action = word if move is not None else "invalid"
         distance_before = self._remaining_distance()
         reward = 0.0
         if move is None:
@@ -148,6 +158,9 @@ class MazeEnv:
         if self.show_last_action:
             text = f"{text} last {self._last_action}"
         return Observation(text=text, anchor=state)
+
+    def format_example(self, rng: random.Random) -> str:
+        return rng.choice(list(MOVES))
 
     @staticmethod
     def vocabulary() -> list[str]:

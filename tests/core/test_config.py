@@ -27,9 +27,27 @@ from creditline.rubrics import RUBRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# `ExperimentConfig().to_dict()` taken before the checks were added: the default experiment's
-# registered config (and so its hash) must not change.
+# `ExperimentConfig().to_dict()` of this release: the default experiment's registered config (and so its
+# hash) must not change unnoticed.
 DEFAULT_SNAPSHOT = json.loads("""
+{"advantages": {"estimator": "gigpo", "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}},
+ "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
+                                    "view": "relative"}},
+ "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
+ "rollouts": {"device": "cpu", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
+              "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "tasks_per_round": 64,
+              "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
+ "rounds": 20, "rubric": "env", "seed": 0,
+ "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
+           "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
+           "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0},
+ "warm_start": {"batch_rows": 64, "episodes": 0, "epochs": 2, "learning_rate": 0.003}}
+""")
+DEFAULT_HASH = "912cb8d440dc3c78"
+"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
+
+# The default as the second release registered it (hash c7c6b80ef303edb2): no prompt format, no warm start.
+RELEASE_2_SNAPSHOT = json.loads("""
 {"advantages": {"estimator": "gigpo", "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}},
  "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
                                     "view": "relative"}},
@@ -42,9 +60,6 @@ DEFAULT_SNAPSHOT = json.loads("""
            "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
            "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0}}
 """)
-DEFAULT_HASH = "c7c6b80ef303edb2"
-"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
-
 
 # The default as the first release registered it (hash 8b6182564aaae965): `train.temperature` and
 # `train.seed` were fields then (and silently overwritten), the trainer's scaling options did not exist.
@@ -84,11 +99,12 @@ def test_the_default_config_is_unchanged_and_valid():
     assert load_config() == config == from_dict({}) == from_dict(config.to_dict())
 
 
-def test_a_config_registered_by_the_first_release_reads_back_and_keeps_its_registration():
-    assert from_dict(RELEASE_1_SNAPSHOT) == ExperimentConfig()
-    assert registration(ExperimentConfig(), RELEASE_1_SNAPSHOT) is RELEASE_1_SNAPSHOT  # same hash as before
+@pytest.mark.parametrize("earlier", [RELEASE_1_SNAPSHOT, RELEASE_2_SNAPSHOT], ids=["release-1", "release-2"])
+def test_a_config_registered_by_an_earlier_release_reads_back_and_keeps_its_registration(earlier):
+    assert from_dict(earlier) == ExperimentConfig()
+    assert registration(ExperimentConfig(), earlier) is earlier  # same hash as before
     changed = ExperimentConfig(train=replace(ExperimentConfig().train, kl_coef=0.05))
-    assert registration(changed, RELEASE_1_SNAPSHOT) == changed.to_dict()  # a real change is a new config
+    assert registration(changed, earlier) == changed.to_dict()  # a real change is a new config
 
 
 def test_retired_train_fields_are_refused_in_a_file_with_the_reason(tmp_path):
@@ -161,13 +177,13 @@ BAD_CASES = {
     "unknown key": (
         "[rollouts]\ngrup_size = 4",
         "rollouts.grup_size = 4: unknown key (did you mean group_size?); known keys: device, enforce_eager, "
-        "engine, gpu_memory_utilization, group_size, max_new_tokens, tasks_per_round, temperature, "
+        "engine, gpu_memory_utilization, group_size, max_new_tokens, prompt_format, tasks_per_round, temperature, "
         "tensor_parallel_size, top_p",
     ),
     "unknown section": (
         "[rollout]\ngroup_size = 4",
         "rollout = { group_size = 4 }: unknown key (did you mean rollouts?); known keys: advantages, env, eval, "
-        "initial_policy, name, rollouts, rounds, rubric, seed, train",
+        "initial_policy, name, rollouts, rounds, rubric, seed, train, warm_start",
     ),
     "section not a table": (
         "eval = 5",
@@ -209,7 +225,7 @@ BAD_CASES = {
     ),
     "missing initial policy": (
         'initial_policy = "no/such/folder"',
-        'initial_policy = "no/such/folder": must be "builtin:tiny" or a HF checkpoint folder (no such folder)',
+        'initial_policy = "no/such/folder": must be "builtin:tiny", "builtin:chat" or a HF checkpoint folder (no such folder)',
     ),
 }
 
@@ -230,7 +246,9 @@ def test_an_estimator_rejecting_its_params_is_one_line_naming_the_params(tmp_pat
 def test_a_folder_without_config_json_is_not_a_policy(tmp_path):
     (tmp_path / "ckpt").mkdir()
     (line,) = problems_of(tmp_path, f'initial_policy = "{tmp_path / "ckpt"}"')
-    assert line.endswith('must be "builtin:tiny" or a HF checkpoint folder (the folder has no config.json)')
+    assert line.endswith(
+        'must be "builtin:tiny", "builtin:chat" or a HF checkpoint folder (the folder has no config.json)'
+    )
     (tmp_path / "ckpt" / "config.json").write_text("{}")
     (line,) = problems_of(tmp_path, f'initial_policy = "{tmp_path / "ckpt"}"')
     assert "its tokenizer cannot be loaded (" in line

@@ -1,0 +1,54 @@
+"""The policy round 1 starts from: a built-in one made here, or a user's HF folder, optionally warm-started.
+
+- `builtin:tiny`: the tiny word-level Llama (`creditline.policy`), one token per action, plain prompts;
+- `builtin:chat`: a small Qwen2 chat model (`creditline.chat_policy`) whose byte-level BPE tokenizer is
+  trained on the experiment's environment text (`environment_corpus`);
+- any other value: the path of a local HF checkpoint folder, used as it is.
+
+With `[warm_start] episodes > 0` the policy is then fitted to random well-formed actions
+(`creditline.warm_start`) and saved as a new folder; the result is the experiment's round-0 checkpoint,
+and what was done (demonstrations, loss before and after, the folder it started from) goes into its
+lineage record.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
+from creditline.config import ExperimentConfig
+from creditline.config_checks import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
+from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy, save_policy
+from creditline.store import hash_path
+from creditline.warm_start import warm_start
+
+
+def build_initial_policy(config: ExperimentConfig, folder: Path) -> tuple[Path, dict[str, Any]]:
+    """The initial policy's folder (built under `folder` unless it is a user's untouched folder) and the
+    facts its lineage record keeps."""
+    if config.initial_policy == BUILTIN_POLICY:
+        source = build_tiny_policy(folder, TinyPolicyConfig(seed=config.seed))
+    elif config.initial_policy == BUILTIN_CHAT_POLICY:
+        source = build_chat_policy(folder, environment_corpus(config.env.build, seed=config.seed),
+                                   ChatPolicyConfig(seed=config.seed))  # fmt: skip
+    else:
+        source = Path(config.initial_policy).expanduser().resolve()
+        if not (source / "config.json").exists():
+            raise FileNotFoundError(f"initial_policy {source} is not a HF checkpoint folder (no config.json)")
+    meta: dict[str, Any] = {
+        "source": config.initial_policy if config.initial_policy.startswith("builtin:") else "user"
+    }
+    settings = config.warm_start
+    if settings.episodes == 0:
+        return source, meta
+    started_from = hash_path(source)
+    model, tokenizer = load_policy(source)
+    facts = warm_start(
+        model, tokenizer, config.env.build, settings, config.seed, config.rollouts.prompt_format
+    )
+    save_policy(model, tokenizer, folder)
+    meta["warm_start"] = {**facts, "episodes": settings.episodes, "epochs": settings.epochs,
+                          "learning_rate": settings.learning_rate, "started_from": started_from,
+                          "started_from_path": str(source)}  # fmt: skip
+    return folder, meta

@@ -1,0 +1,133 @@
+"""Warm start: a short supervised pass that teaches a fresh policy the action format, not the task.
+
+A randomly initialised chat policy with a BPE vocabulary almost never writes a valid action (a move word
+followed by `<|im_end|>` is a few tokens out of hundreds each), so reinforcement learning has no signal to
+start from. The warm start plays demonstration episodes in which every action is the environment's
+`format_example`: well-formed, drawn at random, blind to the state. Fitting them teaches how to answer
+(one word, then end the turn), and nothing about which answer is right: the warm-started policy answers
+validly and at random, and the task is left to RL.
+
+The demonstrations are played by the same turn loop as the rollouts (`run_episodes` with a
+`DemonstrationEngine`), so their prompts have exactly the rollouts' token layout (system message,
+conversation growth, generation prompts). The loss is the mean negative log-likelihood of the completion
+tokens, L = −(1/N) Σ_t log π(y_t | x, y_<t) at temperature 1, over minibatches of step rows.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from creditline.engines.base import Completion, SamplingParams
+from creditline.envs.base import Environment
+from creditline.ids import derive_seed
+from creditline.logprobs import completion_logprobs
+from creditline.rollout import run_episodes
+from creditline.trainer import micro_batches, pack
+
+DEMONSTRATION_EXPERIMENT = "warm-start"
+"""The experiment name the demonstration episodes' ids are derived from (they are never stored)."""
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    episodes: int = field(default=0, metadata={"range": "[0, 100_000]"})
+    """Demonstration episodes of random well-formed actions; 0 turns the warm start off."""
+    epochs: int = field(default=2, metadata={"range": "[1, 100]"})
+    """Passes over the demonstrations' step rows."""
+    learning_rate: float = field(default=3e-3, metadata={"range": "(0, 1]"})
+    """AdamW's step size."""
+    batch_rows: int = field(default=64, metadata={"range": "[1, 100_000]"})
+    """Step rows per optimiser step."""
+
+
+class DemonstrationEngine:
+    """An `Engine` that answers every prompt with a random well-formed action and the EOS."""
+
+    def __init__(self, tokenizer, example: Callable[[random.Random], str], context_length: int | None):
+        self.tokenizer, self.example = tokenizer, example
+        self.eos_token_id = tokenizer.eos_token_id
+        self.context_length = context_length
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        rng = random.Random(params.seed)
+        completions = []
+        for _ in prompts:
+            ids = [*self.tokenizer.encode(self.example(rng), add_special_tokens=False), self.eos_token_id]
+            completions.append(Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop"))
+        return completions
+
+
+def demonstrations(
+    tokenizer,
+    env_factory: Callable[[], Environment],
+    episodes: int,
+    seed: int,
+    prompt_format: str,
+    context_length: int | None,
+):
+    """The step rows (prompt_ids, completion_ids, …) of `episodes` demonstration episodes."""
+    engine = DemonstrationEngine(tokenizer, env_factory().format_example, context_length)
+    rng = np.random.default_rng([seed, 0xD3E0])  # tasks drawn apart from any round's
+    tasks = sorted(int(t) for t in rng.choice(1_000_000, size=episodes, replace=False))
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=1, seed=derive_seed(seed, "warm-start"))
+    return run_episodes(
+        engine, tokenizer, env_factory, DEMONSTRATION_EXPERIMENT, 0, tasks, 1, sampling, prompt_format
+    ).steps
+
+
+def warm_start(
+    model: torch.nn.Module,
+    tokenizer,
+    env_factory: Callable[[], Environment],
+    settings: WarmStartSettings,
+    seed: int,
+    prompt_format: str,
+) -> dict[str, float]:
+    """Fit `model` in place to demonstrations; return the loss before and after and the rows used."""
+    steps = demonstrations(tokenizer, env_factory, settings.episodes, seed, prompt_format,
+                           getattr(model.config, "max_position_embeddings", None))  # fmt: skip
+    zeros = [[0.0] * len(c) for c in steps["completion_ids"]]
+    batch = pack(steps["prompt_ids"], steps["completion_ids"], zeros, zeros, tokenizer.pad_token_id)
+    rows = batch.input_ids.shape[0]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
+    generator = torch.Generator().manual_seed(derive_seed(seed, "warm-start", "order"))
+    loss_before = _mean_nll(model, batch, torch.arange(rows))
+    model.train()
+    for _ in range(settings.epochs):
+        order = torch.randperm(rows, generator=generator)
+        for start in range(0, rows, settings.batch_rows):
+            index = order[start : start + settings.batch_rows]
+            optimizer.zero_grad(set_to_none=True)
+            tokens = batch.completion_mask[index].sum()
+            for part in micro_batches(batch.attention_mask[index].sum(-1), 16_384):
+                nll = -_logprobs(model, batch, index[part]).sum() / tokens
+                nll.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+    model.eval()
+    return {
+        "rows": float(rows),
+        "loss_before": loss_before,
+        "loss_after": _mean_nll(model, batch, torch.arange(rows)),
+    }
+
+
+def _logprobs(model: torch.nn.Module, batch, rows: torch.Tensor) -> torch.Tensor:
+    length = int(batch.attention_mask[rows].sum(-1).max())
+    logp, _ = completion_logprobs(
+        model, batch.input_ids[rows, :length], batch.attention_mask[rows, :length],
+        batch.completion_mask[rows, :length], temperature=1.0,
+    )  # fmt: skip
+    return logp
+
+
+@torch.no_grad()
+def _mean_nll(model: torch.nn.Module, batch, rows: torch.Tensor) -> float:
+    total = sum(float(-_logprobs(model, batch, rows[part]).sum())
+                for part in micro_batches(batch.attention_mask[rows].sum(-1), 16_384))  # fmt: skip
+    return total / float(batch.completion_mask[rows].sum())
