@@ -7,11 +7,13 @@ initial policy's by 0.30, the success at the last round, and seconds per round; 
 summary (GiGPO's rounds to threshold against GRPO's).
 
     .venv/bin/python bench/learning.py [--seeds 0 1 2] [--rounds 20] [--eval-tasks 100]
+    .venv/bin/python bench/learning.py --config examples/chat-maze.toml --seeds 0   # that experiment's estimator
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -20,10 +22,11 @@ from pathlib import Path
 import torch
 
 from assets.advantages import advantage_table
-from creditline.config import AdvantageSettings, ExperimentConfig
+from creditline.config import AdvantageSettings, ExperimentConfig, load_config
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.evaluation import evaluate
-from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy
+from creditline.initial_policy import build_initial_policy
+from creditline.policy import load_policy
 from creditline.policy_update import training_rows, update_policy
 from creditline.rollout import run_episodes
 from creditline.rubrics import get_rubric
@@ -36,17 +39,15 @@ ESTIMATORS = {
 
 
 def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
-    folder = Path(tempfile.mkdtemp()) / "policy"
-    build_tiny_policy(folder, TinyPolicyConfig(seed=config.seed))
+    folder, _ = build_initial_policy(config, Path(tempfile.mkdtemp()) / "policy")
     model, tokenizer = load_policy(folder)
     engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
     settings = config.rollouts
     rubric = get_rubric(config.rubric)
 
     def held_out(round_: int) -> float:
-        return evaluate(
-            engine, tokenizer, config.env.build, config.name, round_, eval_tasks, settings.max_new_tokens
-        )[1].success_rate
+        return evaluate(engine, tokenizer, config.env.build, config.name, round_, eval_tasks,
+                        settings.max_new_tokens, settings.prompt_format)[1].success_rate  # fmt: skip
 
     initial, curve, optimizer_state = held_out(0), [], None
     start = time.perf_counter()
@@ -55,6 +56,7 @@ def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
             engine, tokenizer, config.env.build, config.name, round_,
             training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
             SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens, config.seed),
+            settings.prompt_format,
         )  # fmt: skip
         scores = rubric.score(tables.episodes, tables.steps)
         advantages = advantage_table(
@@ -63,6 +65,10 @@ def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
         _, optimizer_state = update_policy(model, tokenizer.pad_token_id, training_rows(tables.steps, advantages),
                                            config, round_, optimizer_state, reference_policy=folder)  # fmt: skip
         curve.append(held_out(round_))
+        print(f"  {config.name} seed {config.seed} round {round_}: held-out success {curve[-1]:.2f} "
+              f"(initial {initial:.2f}), train success {tables.episodes['success'].mean():.2f}, "
+              f"valid {tables.steps['valid_action'].mean():.2f}, {time.perf_counter() - start:.0f} s",
+              file=sys.stderr, flush=True)  # fmt: skip
     seconds = (time.perf_counter() - start) / rounds
     first = next((i + 1 for i, s in enumerate(curve) if s >= initial + 0.30), None)
     return {"initial": initial, "curve": curve, "first": first, "seconds": seconds}
@@ -73,18 +79,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--eval-tasks", type=int, default=100)
+    parser.add_argument("--config", help="an experiment TOML (default: the default experiment)")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    base = load_config(args.config) if args.config else ExperimentConfig()
+    estimators = {base.advantages.estimator: base.advantages} if args.config else ESTIMATORS
     results: dict[tuple[str, int], dict] = {}
     print(f"{'estimator':<8} {'seed':>4} {'initial':>7} {'≥+0.30 at':>9} {'last':>5} {'s/round':>7}  curve")
     for seed in args.seeds:
-        for name, advantages in ESTIMATORS.items():
-            config = replace(ExperimentConfig(), name=f"bench-{name}", seed=seed, advantages=advantages)
+        for name, advantages in estimators.items():
+            config = replace(base, name=f"bench-{name}", seed=seed, advantages=advantages)
             result = results[(name, seed)] = run(config, args.rounds, args.eval_tasks)
             curve = " ".join(f"{s:.2f}" for s in result["curve"])
             print(f"{name:<8} {seed:>4} {result['initial']:>7.2f} {str(result['first']):>9} "
                   f"{result['curve'][-1]:>5.2f} {result['seconds']:>7.1f}  {curve}", flush=True)  # fmt: skip
     print("\nrounds to +0.30 (None = not within the run):")
+    if estimators is not ESTIMATORS:
+        return
     for seed in args.seeds:
         gigpo, grpo = results[("gigpo", seed)]["first"], results[("grpo", seed)]["first"]
         ratio = f"{grpo / gigpo:.2f}×" if gigpo and grpo else "n/a"

@@ -402,3 +402,27 @@ def test_one_mutated_field_is_a_config_error_or_a_valid_config(path, value):
         assert any(line.startswith(path.split(".")[0]) for line in error.problems)
     else:
         assert from_dict(config.to_dict()) == config
+
+
+def test_chat_prompts_need_a_policy_with_a_chat_template(tmp_path):
+    (line,) = problems_of(tmp_path, '[rollouts]\nprompt_format = "chat"\n')
+    assert line.startswith(
+        'grpo.toml: rollouts.prompt_format = "chat": the built-in tiny policy has no chat template'
+    )
+    folder = tmp_path / "base-model"
+    from creditline.policy import build_tiny_policy
+
+    build_tiny_policy(folder)
+    (line,) = problems_of(tmp_path, f'initial_policy = "{folder}"\n[rollouts]\nprompt_format = "chat"\n')
+    assert "rollouts.prompt_format" in line and "has no chat template" in line
+    chat = tmp_path / "chat.toml"
+    chat.write_text(
+        'initial_policy = "builtin:chat"\n[rollouts]\nprompt_format = "chat"\nmax_new_tokens = 4\n'
+    )
+    assert load_config(chat).initial_policy == "builtin:chat"
+
+
+def test_the_chat_example_loads():
+    config = load_config(ROOT / "examples" / "chat-maze.toml")
+    assert (config.initial_policy, config.rollouts.prompt_format) == ("builtin:chat", "chat")
+    assert config.warm_start.episodes > 0 and config.rollouts.max_new_tokens > 1

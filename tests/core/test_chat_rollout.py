@@ -1,0 +1,160 @@
+"""Multi-turn rounds with a real chat policy: conversations grow by the sampled ids, cut turns are recorded,
+the trainer sees what the sampler saw, and a warm start teaches the answer format."""
+
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
+from creditline.config import ExperimentConfig
+from creditline.conversation import ChatTemplateError
+from creditline.engines import SamplingParams, TorchEngine
+from creditline.envs import make_env
+from creditline.initial_policy import build_initial_policy
+from creditline.policy import build_tokenizer, load_policy
+from creditline.rollout import run_episodes
+from creditline.store import hash_path
+from creditline.trainer import pack, score
+from creditline.warm_start import WarmStartSettings
+from schemas import StepsTable
+
+SMALL = ChatPolicyConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64,
+                         max_positions=512, vocab_size=320)  # fmt: skip
+
+
+def maze():
+    return make_env("maze", size=4, max_steps=6)
+
+
+@pytest.fixture(scope="module")
+def chat_policy(tmp_path_factory):
+    folder = build_chat_policy(
+        tmp_path_factory.mktemp("chat") / "policy", environment_corpus(maze, 50), SMALL
+    )
+    model, tokenizer = load_policy(folder)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def chat_round(chat_policy):
+    model, tokenizer = chat_policy
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=3, seed=7)
+    return run_episodes(engine, tokenizer, maze, "chat", 1, list(range(8)), 2, sampling, "chat")
+
+
+def test_every_prompt_is_the_previous_prompt_plus_its_completion_then_the_reply(chat_round, chat_policy):
+    _, tokenizer = chat_policy
+    steps = chat_round.steps
+    assert steps["step_idx"].max() >= 3  # multi-turn
+    pairs = 0
+    for _, episode in steps.groupby("episode_id"):
+        rows = episode.sort_values("step_idx").to_dict("records")
+        for before, after in zip(rows, rows[1:], strict=False):
+            sampled = list(before["prompt_ids"]) + list(before["completion_ids"])
+            assert list(after["prompt_ids"][: len(sampled)]) == sampled
+            tail = tokenizer.decode(after["prompt_ids"][len(sampled) :])
+            assert tail.endswith(
+                f"<|im_start|>user\n{after['observation']}<|im_end|>\n<|im_start|>assistant\n"
+            )
+            pairs += 1
+    assert pairs > 20
+    StepsTable.validate(steps)
+
+
+def test_cut_completions_are_recorded_and_stopped_ones_end_at_the_eos(chat_round, chat_policy):
+    _, tokenizer = chat_policy
+    steps = chat_round.steps
+    ends_at_eos = steps["completion_ids"].map(lambda c: c[-1] == tokenizer.eos_token_id)
+    assert (steps["finish_reason"] == "stop").equals(ends_at_eos)
+    assert set(steps["finish_reason"]) == {"stop", "length"}  # a random policy does both
+    assert (steps.loc[~ends_at_eos, "completion_ids"].map(len) == 3).all()
+
+
+def test_the_trainer_scores_the_sampled_tokens_as_the_sampler_did(chat_round, chat_policy):
+    """No drift: the trainer's log-prob of each completion token, in the kept multi-turn context, is the
+    sampling log-prob the engine recorded."""
+    model, tokenizer = chat_policy
+    steps = chat_round.steps
+    zeros = [[0.0] * len(c) for c in steps["completion_ids"]]
+    batch = pack(steps["prompt_ids"], steps["completion_ids"], steps["completion_logprobs"], zeros,
+                 tokenizer.pad_token_id)  # fmt: skip
+    trainer = score(model, batch, temperature=1.0)
+    mask = batch.completion_mask
+    assert torch.allclose(trainer[mask], batch.old_logprobs[mask], atol=1e-5)
+
+
+def test_an_episode_that_outgrows_the_context_ends_truncated_instead_of_failing(tmp_path):
+    short = replace(SMALL, max_positions=160)
+    model, tokenizer = load_policy(build_chat_policy(tmp_path / "short", environment_corpus(maze, 20), short))
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    env = lambda: make_env("maze", size=5, max_steps=30)  # noqa: E731
+    tables = run_episodes(engine, tokenizer, env, "ctx", 1, [0, 1, 2], 2,
+                          SamplingParams(max_new_tokens=4, seed=0), "chat")  # fmt: skip
+    cut = tables.episodes[tables.episodes["stop_reason"] == "context_limit"]
+    assert len(cut) > 0
+    last = tables.steps[tables.steps["episode_id"].isin(cut["episode_id"])].groupby("episode_id").tail(1)
+    assert last["truncated"].all() and not last["done"].any()
+    assert (tables.steps["prompt_ids"].map(len) + 4 <= 160).all()
+    StepsTable.validate(tables.steps)
+
+
+def test_chat_format_needs_a_chat_template_and_auto_falls_back_to_plain():
+    tokenizer = build_tokenizer(make_env("maze").vocabulary())
+    engine = None  # never reached
+    with pytest.raises(ChatTemplateError, match=r"no chat template.*prompt_format = \"plain\""):
+        run_episodes(engine, tokenizer, maze, "x", 1, [0], 1, SamplingParams(), "chat")
+
+
+def test_a_warm_start_teaches_the_answer_format_not_the_task(tmp_path):
+    config = replace(ExperimentConfig(), initial_policy="builtin:chat",
+                     env=replace(ExperimentConfig().env, params={"size": 4, "max_steps": 6}),
+                     rollouts=replace(ExperimentConfig().rollouts, prompt_format="chat", max_new_tokens=4),
+                     warm_start=WarmStartSettings(episodes=24, epochs=3, batch_rows=16))  # fmt: skip
+    random_folder, _ = build_initial_policy(
+        replace(config, warm_start=WarmStartSettings()), tmp_path / "random"
+    )
+    folder, meta = build_initial_policy(config, tmp_path / "warm")
+    facts = meta["warm_start"]
+    assert facts["loss_after"] < facts["loss_before"] / 3
+    assert facts["started_from"] == hash_path(random_folder)  # the same random init, then fitted
+
+    def valid_rate(path) -> tuple[float, set[str]]:
+        model, tokenizer = load_policy(path)
+        engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        tables = run_episodes(engine, tokenizer, config.env.build, "w", 1, list(range(16)), 2,
+                              SamplingParams(max_new_tokens=4, seed=1), "chat")  # fmt: skip
+        return tables.steps["valid_action"].mean(), set(tables.steps["action"])
+
+    before, _ = valid_rate(random_folder)
+    after, actions = valid_rate(folder)
+    assert before < 0.1 and after > 0.9
+    assert {"up", "down", "left", "right"} <= actions  # all four moves, at random: the format, not the task
+    again, _ = build_initial_policy(config, tmp_path / "again")
+    assert hash_path(again) == hash_path(folder)  # deterministic
+
+
+@pytest.mark.parametrize(
+    "action, valid, moved",
+    [("up", True, "up"), ("Up.", True, "up"), ("  LEFT, then up", True, "left"), ("upward", False, None),
+     ("", False, None), ("3 up", True, "up"), ("<|im_end|>", False, None)],
+)  # fmt: skip
+def test_the_maze_reads_the_first_word(action, valid, moved):
+    env = make_env("maze", size=5)
+    env.reset(0, 0)
+    transition = env.step(action)
+    assert transition.valid_action is valid
+    assert transition.observation.text.endswith(f"last {moved or 'invalid'}")
+
+
+@pytest.mark.parametrize(
+    "action, valid", [("1 2", True), ("12", True), (" 12 ", True), ("twelve", False), ("12.", False),
+                      ("", False), ("١٢", False), ("1 2 3", True)],
+)  # fmt: skip
+def test_arithmetic_reads_the_digits_spaces_ignored(action, valid):
+    env = make_env("arithmetic")
+    env.reset(0, 0)
+    assert env.step(action).valid_action is valid
+    assert env.format_example(random.Random(0)).isdigit()
