@@ -1,7 +1,8 @@
 """One round's policy update: the parent policy trained on the round's step rows and their advantages.
 
 The `checkpoint` asset and `bench/learning.py` both call `update_policy`, so the benchmark measures the
-update the pipeline runs. The sampling temperature and top-p of the round's rollouts are the trainer's
+update the pipeline runs. A multi-turn chat episode is trained as one row (`creditline.turn_packing`). The
+sampling temperature and top-p of the round's rollouts are the trainer's
 (ρ compares like with like) and the minibatch order is seeded from (seed, round, "train").
 """
 
@@ -17,6 +18,7 @@ from creditline.config import ExperimentConfig
 from creditline.ids import derive_seed
 from creditline.policy import load_policy
 from creditline.trainer import pack, score, train
+from creditline.turn_packing import merge_turns
 
 
 def training_rows(steps: pd.DataFrame, advantages: pd.DataFrame) -> pd.DataFrame:
@@ -38,8 +40,9 @@ def update_policy(
 
     `reference_policy` is the folder of π_ref, loaded only when `[train] kl_coef` > 0.
     """
-    batch = pack(rows["prompt_ids"], rows["completion_ids"], rows["completion_logprobs"],
-                 rows["completion_advantages"], pad_token_id)  # fmt: skip
+    packed = merge_turns(rows)  # one row per chat episode: same loss, ~T× fewer tokens
+    batch = pack(packed["prompt_ids"], packed["completion_ids"], packed["completion_logprobs"],
+                 packed["completion_advantages"], pad_token_id, packed["sampled_mask"])  # fmt: skip
     temperature, top_p = config.rollouts.temperature, config.rollouts.top_p
     if config.train.kl_coef > 0:
         if reference_policy is None:

@@ -85,9 +85,19 @@ class PackedBatch:
 
 
 def pack(
-    prompt_ids, completion_ids, completion_logprobs, completion_advantages, pad_token_id: int
+    prompt_ids,
+    completion_ids,
+    completion_logprobs,
+    completion_advantages,
+    pad_token_id: int,
+    sampled_masks=None,
 ) -> PackedBatch:
-    """Pack per-row lists into tensors. Target index j holds token j+1's quantities (next-token)."""
+    """Pack per-row lists into tensors. Target index j holds token j+1's quantities (next-token).
+
+    `sampled_masks[r]` (optional, one 0/1 per completion token) marks the tokens of row r that were
+    sampled and are trained on; the others (an environment's reply inside a merged multi-turn row, see
+    `creditline.turn_packing`) are context only. Without it every completion token is trained on.
+    """
     rows = len(prompt_ids)
     length = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids, strict=True))
     input_ids = torch.full((rows, length), pad_token_id, dtype=torch.long)
@@ -105,7 +115,10 @@ def pack(
         input_ids[r, : n_p + n_c] = torch.tensor(prompt + completion)
         attention_mask[r, : n_p + n_c] = 1
         targets = slice(n_p - 1, n_p - 1 + n_c)  # logits at j predict token j+1
-        completion_mask[r, targets] = True
+        sampled = torch.ones(n_c, dtype=torch.bool)
+        if sampled_masks is not None:
+            sampled = torch.tensor(np.asarray(sampled_masks[r], dtype=bool))
+        completion_mask[r, targets] = sampled
         old_logprobs[r, targets] = torch.tensor(np.asarray(completion_logprobs[r], dtype=np.float32))
         advantages[r, targets] = torch.tensor(np.asarray(completion_advantages[r], dtype=np.float32))
     return PackedBatch(input_ids, attention_mask, completion_mask, old_logprobs, advantages)

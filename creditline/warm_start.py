@@ -10,7 +10,8 @@ validly and at random, and the task is left to RL.
 The demonstrations are played by the same turn loop as the rollouts (`run_episodes` with a
 `DemonstrationEngine`), so their prompts have exactly the rollouts' token layout (system message,
 conversation growth, generation prompts). The loss is the mean negative log-likelihood of the completion
-tokens, L = −(1/N) Σ_t log π(y_t | x, y_<t) at temperature 1, over minibatches of step rows.
+tokens, L = −(1/N) Σ_t log π(y_t | x, y_<t) at temperature 1, over minibatches of episodes (one training
+row each, `creditline.turn_packing`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from creditline.ids import derive_seed
 from creditline.logprobs import completion_logprobs
 from creditline.rollout import run_episodes
 from creditline.trainer import micro_batches, pack
+from creditline.turn_packing import merge_turns
 
 DEMONSTRATION_EXPERIMENT = "warm-start"
 """The experiment name the demonstration episodes' ids are derived from (they are never stored)."""
@@ -37,12 +39,12 @@ DEMONSTRATION_EXPERIMENT = "warm-start"
 class WarmStartSettings:
     episodes: int = field(default=0, metadata={"range": "[0, 100_000]"})
     """Demonstration episodes of random well-formed actions; 0 turns the warm start off."""
-    epochs: int = field(default=2, metadata={"range": "[1, 100]"})
+    epochs: int = field(default=3, metadata={"range": "[1, 100]"})
     """Passes over the demonstrations' step rows."""
     learning_rate: float = field(default=3e-3, metadata={"range": "(0, 1]"})
     """AdamW's step size."""
-    batch_rows: int = field(default=64, metadata={"range": "[1, 100_000]"})
-    """Step rows per optimiser step."""
+    batch_rows: int = field(default=8, metadata={"range": "[1, 100_000]"})
+    """Training rows per optimiser step (a multi-turn chat episode is one row)."""
 
 
 class DemonstrationEngine:
@@ -92,7 +94,9 @@ def warm_start(
     steps = demonstrations(tokenizer, env_factory, settings.episodes, seed, prompt_format,
                            getattr(model.config, "max_position_embeddings", None))  # fmt: skip
     zeros = [[0.0] * len(c) for c in steps["completion_ids"]]
-    batch = pack(steps["prompt_ids"], steps["completion_ids"], zeros, zeros, tokenizer.pad_token_id)
+    packed = merge_turns(steps.assign(completion_logprobs=zeros, completion_advantages=zeros))
+    batch = pack(packed["prompt_ids"], packed["completion_ids"], packed["completion_logprobs"],
+                 packed["completion_advantages"], tokenizer.pad_token_id, packed["sampled_mask"])  # fmt: skip
     rows = batch.input_ids.shape[0]
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
     generator = torch.Generator().manual_seed(derive_seed(seed, "warm-start", "order"))

@@ -1,6 +1,7 @@
 """Multi-turn rounds with a real chat policy: conversations grow by the sampled ids, cut turns are recorded,
 the trainer sees what the sampler saw, and a warm start teaches the answer format."""
 
+import copy
 import random
 from dataclasses import replace
 
@@ -13,10 +14,12 @@ from creditline.conversation import ChatTemplateError
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.envs import make_env
 from creditline.initial_policy import build_initial_policy
+from creditline.logprobs import completion_logprobs
 from creditline.policy import build_tokenizer, load_policy
 from creditline.rollout import run_episodes
 from creditline.store import hash_path
-from creditline.trainer import pack, score
+from creditline.trainer import TrainConfig, pack, score, train
+from creditline.turn_packing import merge_turns
 from creditline.warm_start import WarmStartSettings
 from schemas import StepsTable
 
@@ -112,7 +115,7 @@ def test_a_warm_start_teaches_the_answer_format_not_the_task(tmp_path):
     config = replace(ExperimentConfig(), initial_policy="builtin:chat",
                      env=replace(ExperimentConfig().env, params={"size": 4, "max_steps": 6}),
                      rollouts=replace(ExperimentConfig().rollouts, prompt_format="chat", max_new_tokens=4),
-                     warm_start=WarmStartSettings(episodes=24, epochs=3, batch_rows=16))  # fmt: skip
+                     warm_start=WarmStartSettings(episodes=32, epochs=4, batch_rows=4))  # fmt: skip
     random_folder, _ = build_initial_policy(
         replace(config, warm_start=WarmStartSettings()), tmp_path / "random"
     )
@@ -158,3 +161,42 @@ def test_arithmetic_reads_the_digits_spaces_ignored(action, valid):
     env.reset(0, 0)
     assert env.step(action).valid_action is valid
     assert env.format_example(random.Random(0)).isdigit()
+
+
+def test_one_training_row_per_episode_gives_the_same_loss_and_gradients_from_fewer_tokens(
+    chat_round, chat_policy
+):
+    model, tokenizer = chat_policy
+    steps = chat_round.steps
+    generator = torch.Generator().manual_seed(0)
+    rows = steps.assign(completion_advantages=[torch.randn(len(c), generator=generator).tolist()
+                                               for c in steps["completion_ids"]])  # fmt: skip
+    merged = merge_turns(rows)
+    assert len(merged) == rows["episode_id"].nunique()
+    per_step = pack(rows["prompt_ids"], rows["completion_ids"], rows["completion_logprobs"],
+                    rows["completion_advantages"], tokenizer.pad_token_id)  # fmt: skip
+    per_episode = pack(merged["prompt_ids"], merged["completion_ids"], merged["completion_logprobs"],
+                       merged["completion_advantages"], tokenizer.pad_token_id, merged["sampled_mask"])  # fmt: skip
+    assert int(per_episode.completion_mask.sum()) == int(per_step.completion_mask.sum())
+    assert int(per_episode.attention_mask.sum()) * 2 < int(per_step.attention_mask.sum())
+
+    def loss_and_grads(batch):
+        model.zero_grad()
+        logp, _ = completion_logprobs(
+            model, batch.input_ids, batch.attention_mask, batch.completion_mask, 1.0
+        )
+        mask = batch.completion_mask
+        loss = -(batch.advantages[mask] * logp).sum() / mask.sum()
+        loss.backward()
+        return float(loss), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    loss_a, grads_a = loss_and_grads(per_step)
+    loss_b, grads_b = loss_and_grads(per_episode)
+    assert loss_a == pytest.approx(loss_b, abs=1e-6)
+    for name, grad in grads_a.items():
+        assert torch.allclose(grad, grads_b[name], atol=1e-6, rtol=1e-4), name
+    config = TrainConfig(epochs=1, minibatches=1)
+    first = train(copy.deepcopy(model), per_step, config, 1.0, seed=0)[0][0]
+    again = train(copy.deepcopy(model), per_episode, config, 1.0, seed=0)[0][0]
+    assert first["loss"] == pytest.approx(again["loss"], abs=1e-6) and first["tokens"] == again["tokens"]
+    assert first["sampler_kl"] == pytest.approx(again["sampler_kl"], abs=1e-6)

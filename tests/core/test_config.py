@@ -41,9 +41,9 @@ DEFAULT_SNAPSHOT = json.loads("""
  "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
            "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
            "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0},
- "warm_start": {"batch_rows": 64, "episodes": 0, "epochs": 2, "learning_rate": 0.003}}
+ "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
 """)
-DEFAULT_HASH = "912cb8d440dc3c78"
+DEFAULT_HASH = "5a6cbf45c37fcc4d"
 """`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
 # The default as the second release registered it (hash c7c6b80ef303edb2): no prompt format, no warm start.
