@@ -14,7 +14,7 @@ DATA_ROOT ?= $(CURDIR)/creditline-data
 UI_PORT ?= 3000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test ui bench bench-learning bench-trainer bench-rollout lint install install-test clean
+.PHONY: run test ui bench bench-learning bench-trainer bench-chat lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,8 +54,8 @@ bench-learning: install-test
 bench-trainer: install-test
 	$(BIN)/python bench/trainer.py
 
-bench-rollout: install-test
-	$(BIN)/python bench/rollout.py
+bench-chat: install-test
+	$(BIN)/python bench/chat_round.py
 
 lint: install-test
 	$(BIN)/ruff check .
