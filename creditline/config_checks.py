@@ -260,9 +260,8 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
     rollouts, train = config.get("rollouts", {}), config.get("train", {})
     problems: list[Problem] = []
     if "initial_policy" in config:
-        problems += initial_policy_problems(config["initial_policy"], files=files)
-        if rollouts.get("prompt_format") == "chat":
-            problems += chat_format_problems(config["initial_policy"], files=files)
+        chat = rollouts.get("prompt_format") == "chat"
+        problems += initial_policy_problems(config["initial_policy"], files=files, chat=chat)
     if "name" in env and "params" in env:
         note = inherited_note(cls, "env.name", "env.params", env["name"], env["params"])
         problems += env_problems(env["name"], env["params"], note)
@@ -282,50 +281,41 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
     return problems
 
 
-def initial_policy_problems(value: str, *, files: bool) -> list[Problem]:
+def initial_policy_problems(value: str, *, files: bool, chat: bool = False) -> list[Problem]:
+    """Problems of `initial_policy` (and of `rollouts.prompt_format` = "chat" when `chat`: the policy's
+    tokenizer must have a chat template)."""
+    if value == BUILTIN_POLICY and chat:
+        why = 'the built-in tiny policy has no chat template: use "plain" or "auto", or initial_policy "builtin:chat"'
+        return [Problem("rollouts.prompt_format", "chat", why)]
     if value in BUILTIN_POLICIES or not files:
         return []
     folder = Path(value).expanduser()
     if (folder / "config.json").is_file():
-        why = tokenizer_problem(folder)
-        return [] if why is None else [Problem("initial_policy", value, why)]
+        return tokenizer_problems(folder, value, chat)
     why = "the folder has no config.json" if folder.is_dir() else "no such folder"
     choices = ", ".join(f'"{name}"' for name in BUILTIN_POLICIES)
     return [Problem("initial_policy", value, f"must be {choices} or a HF checkpoint folder ({why})")]
 
 
-def chat_format_problems(policy: str, *, files: bool) -> list[Problem]:
-    """`prompt_format = "chat"` needs a policy whose tokenizer has a chat template."""
-    if policy == BUILTIN_POLICY:
-        why = 'the built-in tiny policy has no chat template: use "plain" or "auto", or initial_policy "builtin:chat"'
-        return [Problem("rollouts.prompt_format", "chat", why)]
-    if policy in BUILTIN_POLICIES or not files or not (Path(policy).expanduser() / "config.json").is_file():
-        return []
+def tokenizer_problems(folder: Path, value: str, chat: bool) -> list[Problem]:
+    """Why the checkpoint's tokenizer cannot serve the policy: none loads, it has no EOS to stop a
+    completion at, or (`chat`) it has no chat template. The tokenizer is loaded once."""
     from creditline.conversation import has_chat_template
-    from creditline.policy import load_tokenizer
-
-    try:
-        tokenizer = load_tokenizer(Path(policy).expanduser())
-    except (OSError, ValueError, TypeError):
-        return []  # reported by initial_policy_problems
-    if has_chat_template(tokenizer):
-        return []
-    why = f'the tokenizer of {policy} has no chat template: add one to its tokenizer_config.json, or use "plain"'
-    return [Problem("rollouts.prompt_format", "chat", why)]
-
-
-def tokenizer_problem(folder: Path) -> str | None:
-    """Why the checkpoint's tokenizer cannot serve a policy (none loads, or it has no EOS to stop a
-    completion at), or None."""
     from creditline.policy import load_tokenizer
 
     try:
         tokenizer = load_tokenizer(folder)
     except (OSError, ValueError, TypeError) as exc:
-        return f"its tokenizer cannot be loaded ({str(exc).splitlines()[0][:200]})"
+        why = f"its tokenizer cannot be loaded ({str(exc).splitlines()[0][:200]})"
+        return [Problem("initial_policy", value, why)]
+    problems = []
     if tokenizer.eos_token_id is None:
-        return "its tokenizer has no EOS token, so a completion could never stop: set eos_token in tokenizer_config.json"
-    return None
+        why = "its tokenizer has no EOS token, so a completion could never stop: set eos_token in tokenizer_config.json"
+        problems.append(Problem("initial_policy", value, why))
+    if chat and not has_chat_template(tokenizer):
+        why = f'the tokenizer of {value} has no chat template: add one to its tokenizer_config.json, or use "plain"'
+        problems.append(Problem("rollouts.prompt_format", "chat", why))
+    return problems
 
 
 def field_default(cls: type, path: str) -> Any:

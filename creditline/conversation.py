@@ -37,19 +37,26 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+def require_chat_template(tokenizer) -> None:
+    """Refuse a tokenizer without a chat template, saying how to fix it."""
+    if not has_chat_template(tokenizer):
+        raise ChatTemplateError(
+            f"the tokenizer ({getattr(tokenizer, 'name_or_path', '?')}) has no chat template: "
+            'add one to its tokenizer_config.json, or set [rollouts] prompt_format = "plain"'
+        )
+
+
 class Conversation:
     """One episode's messages and prompt ids. `prompt_ids` is what the policy is asked to continue."""
 
     def __init__(self, tokenizer, first_message: str, system: str | None = None):
-        if not has_chat_template(tokenizer):
-            raise ChatTemplateError(
-                f"the tokenizer ({getattr(tokenizer, 'name_or_path', '?')}) has no chat template: "
-                'add one to tokenizer_config.json, or set [rollouts] prompt_format = "plain"'
-            )
+        require_chat_template(tokenizer)
         self.tokenizer = tokenizer
         self.messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
         self.messages.append({"role": "user", "content": first_message})
-        self.prompt_ids: list[int] = self._encode(self._render(self.messages, generation_prompt=True))
+        self._asked = self._render(self.messages, generation_prompt=True)
+        """The rendering `prompt_ids` stands for (kept: each turn renders from it once, not twice)."""
+        self.prompt_ids: list[int] = self._encode(self._asked)
 
     def add_turn(self, completion_ids: Sequence[int], stopped: bool, next_message: str) -> list[int]:
         """Append the sampled completion (`stopped`: it ended at the EOS, else it was cut) and the
@@ -59,9 +66,8 @@ class Conversation:
             completion_ids[:-1] if stopped and completion_ids[-1:] == [eos] else completion_ids
         )
         content = self.tokenizer.decode(content_ids, skip_special_tokens=False)
-        asked = self._render(self.messages, generation_prompt=True)
         answered = self._render([*self.messages, {"role": "assistant", "content": content}], False)
-        assistant_text = _suffix(answered, asked, "the assistant's turn")
+        assistant_text = _suffix(answered, self._asked, "the assistant's turn")
         sampled_text = self.tokenizer.decode(list(completion_ids), skip_special_tokens=False)
         if not assistant_text.startswith(sampled_text):
             raise ChatTemplateError(
@@ -74,7 +80,8 @@ class Conversation:
             {"role": "assistant", "content": content},
             {"role": "user", "content": next_message},
         ]
-        reply = _suffix(self._render(self.messages, True), answered, "the environment's reply")
+        self._asked = self._render(self.messages, generation_prompt=True)
+        reply = _suffix(self._asked, answered, "the environment's reply")
         self.prompt_ids = [*self.prompt_ids, *completion_ids, *self._encode(bridge), *self._encode(reply)]
         return self.prompt_ids
 

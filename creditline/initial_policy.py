@@ -49,6 +49,7 @@ def build_initial_policy(config: ExperimentConfig, folder: Path) -> tuple[Path, 
     )
     save_policy(model, tokenizer, folder)
     meta["warm_start"] = {**facts, "episodes": settings.episodes, "epochs": settings.epochs,
-                          "learning_rate": settings.learning_rate, "started_from": started_from,
-                          "started_from_path": str(source)}  # fmt: skip
+                          "learning_rate": settings.learning_rate, "started_from": started_from}  # fmt: skip
+    if source != folder:  # a user's folder, left as it was (a built-in one is overwritten by the warm start)
+        meta["warm_start"]["started_from_path"] = str(source)
     return folder, meta

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from creditline import ids
-from creditline.conversation import ChatTemplateError, Conversation, has_chat_template
+from creditline.conversation import Conversation, has_chat_template, require_chat_template
 from creditline.engines.base import Engine, SamplingParams
 from creditline.envs.base import Environment, Observation
 
@@ -79,11 +79,8 @@ def resolve_prompt_format(tokenizer, prompt_format: str) -> str:
         raise ValueError(f"unknown prompt format {prompt_format!r}; choose one of {PROMPT_FORMATS}")
     if prompt_format == "auto":
         return "chat" if has_chat_template(tokenizer) else "plain"
-    if prompt_format == "chat" and not has_chat_template(tokenizer):
-        raise ChatTemplateError(
-            f"prompt_format is chat but the tokenizer ({getattr(tokenizer, 'name_or_path', '?')}) has no "
-            'chat template: add one to its tokenizer_config.json, or set [rollouts] prompt_format = "plain"'
-        )
+    if prompt_format == "chat":
+        require_chat_template(tokenizer)
     return prompt_format
 
 

@@ -172,7 +172,7 @@ def score(
     out = torch.zeros(batch.old_logprobs.shape)
     with torch.no_grad():
         for rows in micro_batches(batch.attention_mask.sum(1), config.micro_batch_tokens):
-            logp, _, mask, length = _rows_logprobs(model, batch, rows, config, temperature, top_p)
+            logp, _, mask, length = rows_logprobs(model, batch, rows, config, temperature, top_p)
             block = out[rows, :length]
             block[mask] = logp.cpu()
             out[rows, :length] = block
@@ -222,7 +222,7 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             for local in micro_batches(lengths[mb_rows], config.micro_batch_tokens):
                 micro = mb_rows[local]
-                logp, entropy, mask, length = _rows_logprobs(model, batch, micro, config, temperature, top_p,
+                logp, entropy, mask, length = rows_logprobs(model, batch, micro, config, temperature, top_p,
                                                              entropy_grad=config.entropy_coef > 0)  # fmt: skip
                 sampled = _select(batch.old_logprobs, micro, length, mask, device)
                 old = sampled if trainer_old is None else _select(trainer_old, micro, length, mask, device)
@@ -275,7 +275,7 @@ def train(
     return [{**m, "sampler_kl": sampler_kl} for m in metrics], optimizer.state_dict()
 
 
-def _rows_logprobs(
+def rows_logprobs(
     model: torch.nn.Module,
     batch: PackedBatch,
     rows: torch.Tensor,

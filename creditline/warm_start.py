@@ -26,9 +26,8 @@ import torch
 from creditline.engines.base import Completion, SamplingParams
 from creditline.envs.base import Environment
 from creditline.ids import derive_seed
-from creditline.logprobs import completion_logprobs
 from creditline.rollout import run_episodes
-from creditline.trainer import micro_batches, pack
+from creditline.trainer import TrainConfig, micro_batches, pack, rows_logprobs, score
 from creditline.turn_packing import merge_turns
 
 DEMONSTRATION_EXPERIMENT = "warm-start"
@@ -40,7 +39,7 @@ class WarmStartSettings:
     episodes: int = field(default=0, metadata={"range": "[0, 100_000]"})
     """Demonstration episodes of random well-formed actions; 0 turns the warm start off."""
     epochs: int = field(default=3, metadata={"range": "[1, 100]"})
-    """Passes over the demonstrations' step rows."""
+    """Passes over the demonstrations (one training row per episode)."""
     learning_rate: float = field(default=3e-3, metadata={"range": "(0, 1]"})
     """AdamW's step size."""
     batch_rows: int = field(default=8, metadata={"range": "[1, 100_000]"})
@@ -98,9 +97,10 @@ def warm_start(
     batch = pack(packed["prompt_ids"], packed["completion_ids"], packed["completion_logprobs"],
                  packed["completion_advantages"], tokenizer.pad_token_id, packed["sampled_mask"])  # fmt: skip
     rows = batch.input_ids.shape[0]
+    memory = TrainConfig()  # the trainer's micro-batch and log-prob chunk sizes
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
     generator = torch.Generator().manual_seed(derive_seed(seed, "warm-start", "order"))
-    loss_before = _mean_nll(model, batch, torch.arange(rows))
+    loss_before = _mean_nll(model, batch)
     model.train()
     for _ in range(settings.epochs):
         order = torch.randperm(rows, generator=generator)
@@ -108,30 +108,17 @@ def warm_start(
             index = order[start : start + settings.batch_rows]
             optimizer.zero_grad(set_to_none=True)
             tokens = batch.completion_mask[index].sum()
-            for part in micro_batches(batch.attention_mask[index].sum(-1), 16_384):
-                nll = -_logprobs(model, batch, index[part]).sum() / tokens
-                nll.backward()
+            for part in micro_batches(batch.attention_mask[index].sum(-1), memory.micro_batch_tokens):
+                logp, *_ = rows_logprobs(model, batch, index[part], memory, temperature=1.0, top_p=1.0)
+                (-logp.sum() / tokens).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
     model.eval()
-    return {
-        "rows": float(rows),
-        "loss_before": loss_before,
-        "loss_after": _mean_nll(model, batch, torch.arange(rows)),
-    }
+    return {"rows": float(len(steps)), "loss_before": loss_before, "loss_after": _mean_nll(model, batch)}
 
 
-def _logprobs(model: torch.nn.Module, batch, rows: torch.Tensor) -> torch.Tensor:
-    length = int(batch.attention_mask[rows].sum(-1).max())
-    logp, _ = completion_logprobs(
-        model, batch.input_ids[rows, :length], batch.attention_mask[rows, :length],
-        batch.completion_mask[rows, :length], temperature=1.0,
-    )  # fmt: skip
-    return logp
-
-
-@torch.no_grad()
-def _mean_nll(model: torch.nn.Module, batch, rows: torch.Tensor) -> float:
-    total = sum(float(-_logprobs(model, batch, rows[part]).sum())
-                for part in micro_batches(batch.attention_mask[rows].sum(-1), 16_384))  # fmt: skip
-    return total / float(batch.completion_mask[rows].sum())
+def _mean_nll(model: torch.nn.Module, batch) -> float:
+    """−(1/N) Σ log π(y) over every completion token of `batch`."""
+    return float(
+        -score(model, batch, temperature=1.0)[batch.completion_mask].sum() / batch.completion_mask.sum()
+    )
