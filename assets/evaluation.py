@@ -30,6 +30,7 @@ def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, r
         engine.load(policy.path, config.rollouts), load_tokenizer(policy.path),
         config.env.build, config.name, round_,
         config.eval.num_tasks, config.rollouts.max_new_tokens, config.rollouts.prompt_format,
+        config.rollouts.stop,
     )  # fmt: skip
     table = episodes[["episode_id", "task_id", "num_steps", "success", "env_return", "stop_reason"]].assign(
         policy_round=round_

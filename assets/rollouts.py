@@ -5,7 +5,6 @@ import dagster as dg
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, recorded_output
-from creditline.engines import SamplingParams
 from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint
 from creditline.policy import load_tokenizer
 from creditline.rollout import run_episodes
@@ -58,7 +57,7 @@ def rollouts(
             engine.load(parent.path, settings), load_tokenizer(parent.path),
             config.env.build, experiment, round_,
             training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
-            SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens, config.seed),
+            settings.sampling(config.seed),
             settings.prompt_format,
         )  # fmt: skip
         episode_table, step_table = tables.episodes, tables.steps

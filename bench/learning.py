@@ -23,7 +23,7 @@ import torch
 
 from assets.advantages import advantage_table
 from creditline.config import AdvantageSettings, ExperimentConfig, load_config
-from creditline.engines import SamplingParams, TorchEngine
+from creditline.engines import TorchEngine
 from creditline.evaluation import evaluate
 from creditline.initial_policy import build_initial_policy
 from creditline.policy import load_policy
@@ -41,13 +41,13 @@ ESTIMATORS = {
 def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
     folder, _ = build_initial_policy(config, Path(tempfile.mkdtemp()) / "policy")
     model, tokenizer = load_policy(folder)
-    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer=tokenizer)
     settings = config.rollouts
     rubric = get_rubric(config.rubric)
 
     def held_out(round_: int) -> float:
         return evaluate(engine, tokenizer, config.env.build, config.name, round_, eval_tasks,
-                        settings.max_new_tokens, settings.prompt_format)[1].success_rate  # fmt: skip
+                        settings.max_new_tokens, settings.prompt_format, settings.stop)[1].success_rate  # fmt: skip
 
     initial, curve, optimizer_state = held_out(0), [], None
     start = time.perf_counter()
@@ -55,7 +55,7 @@ def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
         tables = run_episodes(
             engine, tokenizer, config.env.build, config.name, round_,
             training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
-            SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens, config.seed),
+            settings.sampling(config.seed),
             settings.prompt_format,
         )  # fmt: skip
         scores = rubric.score(tables.episodes, tables.steps)
@@ -80,8 +80,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--eval-tasks", type=int, default=100)
     parser.add_argument("--config", help="an experiment TOML (default: the default experiment)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch CPU threads (1 to run two benches side by side)"
+    )
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     base = load_config(args.config) if args.config else ExperimentConfig()
     estimators = {base.advantages.estimator: base.advantages} if args.config else ESTIMATORS
     results: dict[tuple[str, int], dict] = {}

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
+from creditline.engines.base import SamplingParams
 from creditline.envs import ENVIRONMENTS, Environment, make_env
 from creditline.rollout import PROMPT_FORMATS
 from creditline.trainer import TrainConfig
@@ -70,6 +71,9 @@ class RolloutSettings:
     max_new_tokens: int = field(default=1, metadata={"range": "[1, 32_768]"})
     """Completion length limit (a longer completion is cut and recorded as `finish_reason` "length");
     the built-in tiny policy's actions are one token."""
+    stop: tuple[str, ...] = field(default=(), metadata={"items": "[0, 16]"})
+    """Strings that end a completion besides the EOS (e.g. `["</answer>"]`); the token that completes one
+    is kept, and the action text ends with it (vLLM's `stop` with `include_stop_str_in_output`)."""
     prompt_format: str = field(default="auto", metadata={"choices": PROMPT_FORMATS})
     """"chat": a conversation rendered by the tokenizer's chat template, its token ids kept turn to turn;
     "plain": the observation's text alone each turn; "auto": chat when the tokenizer has a template."""
@@ -82,6 +86,10 @@ class RolloutSettings:
     """vLLM: GPUs one engine spans."""
     enforce_eager: bool = False
     """vLLM: true skips CUDA graphs (faster start, slower decoding)."""
+
+    def sampling(self, seed: int) -> SamplingParams:
+        """How the round's training completions are sampled."""
+        return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, seed, tuple(self.stop))
 
     def vllm_settings(self):
         from creditline.engines.vllm_engine import VLLMSettings
@@ -136,7 +144,9 @@ class ExperimentConfig:
             raise ConfigError([p.line() for p in problems])
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config as it is registered and hashed: JSON-shaped (a tuple field becomes a list)."""
+        return asdict(self, dict_factory=lambda items: {k: list(v) if isinstance(v, tuple) else v
+                                                        for k, v in items})  # fmt: skip
 
 
 RETIRED_FIELDS: dict[tuple[str, str], str] = {

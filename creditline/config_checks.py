@@ -12,6 +12,7 @@ dataclass metadata; the annotation gives the type:
     {"range": "(0, 1]"}            int | float: an interval, "[" / "]" closed, "(" / ")" open
     {"choices": REGISTRY}          str: a collection of names, or a function returning one (read when checking)
     {"pattern": (REGEX, WORDS)}    str: a full match of REGEX; WORDS says what that means
+    {"items": "[0, 16]"}           tuple[str, ...]: a list of that many non-empty strings (kept as a tuple)
     dict[str, Any]                 a table of parameters, checked by a relation below
     bool (no metadata)             true or false
 
@@ -191,6 +192,15 @@ def check_value(hint: Any, rule: Mapping[str, Any], value: Any) -> tuple[Any, st
         return (value, None) if ok else (value, f"must be {words}")
     if hint is str:
         return (value, None) if isinstance(value, str) and value else (value, "must be a non-empty string")
+    if get_origin(hint) is tuple:
+        span = interval(rule["items"])
+        ok = (
+            isinstance(value, list | tuple)
+            and len(value) in span
+            and all(isinstance(item, str) and item for item in value)
+        )
+        allowed = f"must be a list of {span.integers()} non-empty strings"
+        return (tuple(value), None) if ok else (value, allowed)
     if get_origin(hint) is dict:
         return (value, None) if isinstance(value, Mapping) else (value, "must be a table of parameters")
     raise TypeError(f"no rule for a field of type {hint!r}: give it a range, choices or a pattern")

@@ -6,7 +6,7 @@ which makes the evaluation of a checkpoint deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -35,9 +35,11 @@ def evaluate(
     num_tasks: int,
     max_new_tokens: int,
     prompt_format: str = "auto",
+    stop: Sequence[str] = (),
 ) -> tuple[pd.DataFrame, EvaluationSummary]:
-    """Play every held-out task once, greedily; return the episode table and its summary."""
-    greedy = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
+    """Play every held-out task once, greedily (completions end as in training: EOS, `stop` strings,
+    `max_new_tokens`); return the episode table and its summary."""
+    greedy = SamplingParams(0.0, 1.0, max_new_tokens, seed=0, stop=tuple(stop))
     tables = run_episodes(
         engine, tokenizer, env_factory, experiment, round_, eval_task_ids(num_tasks), 1, greedy, prompt_format
     )

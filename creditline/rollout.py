@@ -11,8 +11,8 @@ come in one of two formats (`PROMPT_FORMATS`):
 - `plain`: each turn's prompt is the current observation's text alone (BOS first), for policies without
   a chat template such as the built-in word-level one.
 
-Completions end at the EOS or at `max_new_tokens` (`finish_reason` "length" on the step row: the turn was
-cut). An episode whose next prompt would not fit the model's context ends there, truncated
+Completions end at the EOS, at a stop string (`SamplingParams.stop`; the environment's action text ends
+with it) or at `max_new_tokens` (`finish_reason` "length" on the step row: the turn was cut). An episode whose next prompt would not fit the model's context ends there, truncated
 (`stop_reason` "context_limit"), instead of failing the batch.
 
 The output is the data contract's two long tables:
@@ -35,6 +35,7 @@ import pandas as pd
 from creditline import ids
 from creditline.conversation import Conversation, has_chat_template, require_chat_template
 from creditline.engines.base import Engine, SamplingParams
+from creditline.engines.stop_strings import cut_after_stop
 from creditline.envs.base import Environment, Observation
 
 PROMPT_FORMATS = ("auto", "chat", "plain")
@@ -69,8 +70,11 @@ def encode_prompt(tokenizer, text: str) -> list[int]:
     return [tokenizer.bos_token_id, *ids_] if tokenizer.bos_token_id is not None else list(ids_)
 
 
-def decode_action(tokenizer, completion_ids: Sequence[int]) -> str:
-    return tokenizer.decode(list(completion_ids), skip_special_tokens=True).strip()
+def decode_action(tokenizer, completion_ids: Sequence[int], stop: Sequence[str] = ()) -> str:
+    """The action text the environment gets: the completion without special tokens, cut after its first
+    stop string (the rest of that token's text is dropped), stripped."""
+    text = tokenizer.decode(list(completion_ids), skip_special_tokens=True)
+    return cut_after_stop(text, stop).strip()
 
 
 def resolve_prompt_format(tokenizer, prompt_format: str) -> str:
@@ -133,7 +137,7 @@ def run_episodes(
         still_active = []
         for ep, completion in zip(active, completions, strict=True):
             prompt = ep.prompt_ids
-            action = decode_action(tokenizer, completion.token_ids)
+            action = decode_action(tokenizer, completion.token_ids, sampling.stop)
             transition = ep.env.step(action)
             ended = transition.done or transition.truncated
             out_of_context = False

@@ -6,7 +6,8 @@ was sampled from: `log_softmax(logits / temperature)` over the top-p nucleus
 (`creditline.logprobs.nucleus_logits`; the whole vocabulary when top_p = 1; raw logits when greedy),
 which is what vLLM reports as processed log-probs. The trainer computes
 its ratio against exactly these numbers, with the same temperature. A completion stops at the
-tokenizer's EOS (which is kept as the last completion token) or at `max_new_tokens`.
+tokenizer's EOS (which is kept as the last completion token), at a stop string
+(`creditline.engines.stop_strings`: the token that completes it is kept) or at `max_new_tokens`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class SamplingParams:
     max_new_tokens: int = 4
     seed: int = 0
     """Seed of this call's sampling; the same seed and prompts give the same completions."""
+    stop: tuple[str, ...] = ()
+    """Strings that end a completion (finish_reason "stop"), kept at the end of its text."""
 
 
 @dataclass(frozen=True)

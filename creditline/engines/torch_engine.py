@@ -2,8 +2,9 @@
 
 All prompts of a call are decoded together: left-padded into one `(B, L)` batch, one forward pass
 over the prompts fills the KV cache, then one forward pass per new token for the whole batch. Rows
-that have emitted EOS keep being fed padding (masked out) until every row is done or
-`max_new_tokens` is reached. Sampling uses a `torch.Generator` seeded from `SamplingParams.seed`,
+that have emitted EOS or completed a stop string keep being fed padding (masked out) until every row is
+done or `max_new_tokens` is reached; they are still sampled (and the sample dropped), so a row's tokens do
+not depend on when the others stop. Sampling uses a `torch.Generator` seeded from `SamplingParams.seed`,
 so a call is reproducible without touching global RNG state.
 """
 
@@ -15,22 +16,32 @@ from pathlib import Path
 import torch
 
 from creditline.engines.base import Completion, SamplingParams
+from creditline.engines.stop_strings import StopStringWatch
 from creditline.logprobs import nucleus_logits
 
 
 class TorchEngine:
-    def __init__(self, model: torch.nn.Module, eos_token_id: int, pad_token_id: int, device: str = "cpu"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        eos_token_id: int,
+        pad_token_id: int,
+        device: str = "cpu",
+        tokenizer=None,
+    ):
+        """`tokenizer` decodes completions for stop strings; without one, `SamplingParams.stop` is refused."""
         self.model = model.to(device).eval()
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
         self.device = device
+        self.tokenizer = tokenizer
 
     @classmethod
     def from_checkpoint(cls, folder: str | Path, device: str = "cpu") -> TorchEngine:
         from creditline.policy import load_policy
 
         model, tokenizer = load_policy(folder, device)
-        return cls(model, tokenizer.eos_token_id, tokenizer.pad_token_id, device)
+        return cls(model, tokenizer.eos_token_id, tokenizer.pad_token_id, device, tokenizer)
 
     @property
     def context_length(self) -> int | None:
@@ -41,6 +52,8 @@ class TorchEngine:
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         if not prompts:
             return []
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need the engine's tokenizer: TorchEngine(..., tokenizer=...)")
         context = self.context_length
         for row, prompt in enumerate(prompts):
             if context is not None and len(prompt) + params.max_new_tokens > context:
@@ -67,13 +80,21 @@ class TorchEngine:
         cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
         position = position_ids[:, -1:]  # (B, 1)
         finished = torch.zeros(b, dtype=torch.bool, device=self.device)
+        lengths = [params.max_new_tokens] * b  # a row's completion length, once it has stopped
+        stopped = [False] * b
+        watch = StopStringWatch(self.tokenizer, params.stop, b) if params.stop else None
         tokens, logprobs = [], []  # each (B,) per generated position
         for _ in range(params.max_new_tokens):
             token, logprob = _sample(logits, params, generator)
             token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
             tokens.append(token)
             logprobs.append(logprob)
-            finished = finished | (token == self.eos_token_id)
+            ends = ~finished & (token == self.eos_token_id)
+            if watch is not None:
+                ends = ends | watch.hits(token.cpu(), finished.cpu()).to(self.device)
+            for row in ends.nonzero().flatten().tolist():
+                lengths[row], stopped[row] = len(tokens), True
+            finished = finished | ends
             if bool(finished.all()) or len(tokens) == params.max_new_tokens:
                 break
             attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)
@@ -87,7 +108,13 @@ class TorchEngine:
                 logits_to_keep=1,
             )
             cache, logits = out.past_key_values, out.logits[:, -1, :]
-        return _completions(torch.stack(tokens, 1).cpu(), torch.stack(logprobs, 1).cpu(), self.eos_token_id)
+        rows = zip(
+            torch.stack(tokens, 1).tolist(), torch.stack(logprobs, 1).tolist(), lengths, stopped, strict=True
+        )
+        return [
+            Completion(token_ids=ids[:n], logprobs=lps[:n], finish_reason="stop" if stop else "length")
+            for ids, lps, n, stop in rows
+        ]
 
 
 def _sample(
@@ -102,15 +129,3 @@ def _sample(
     logp = torch.log_softmax(nucleus_logits(logits / params.temperature, params.top_p), dim=-1)  # (B, V)
     token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
-
-
-def _completions(tokens: torch.Tensor, logprobs: torch.Tensor, eos: int) -> list[Completion]:
-    """Cut each row (T,) after its first EOS."""
-    result = []
-    for row_tokens, row_logprobs in zip(tokens.tolist(), logprobs.tolist(), strict=True):
-        end = row_tokens.index(eos) + 1 if eos in row_tokens else len(row_tokens)
-        reason = "stop" if eos in row_tokens else "length"
-        result.append(
-            Completion(token_ids=row_tokens[:end], logprobs=row_logprobs[:end], finish_reason=reason)
-        )
-    return result

@@ -107,6 +107,8 @@ class VLLMEngine:
             max_tokens=params.max_new_tokens,
             seed=params.seed,
             logprobs=0,  # the sampled token's own log-prob
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,  # as TorchEngine: the text ends with the stop string
         )
         inputs = [self._tokens_prompt(prompt_token_ids=list(p)) for p in prompts]
         outputs = self.llm.generate(inputs, sampling, use_tqdm=False)

@@ -35,6 +35,24 @@ DEFAULT_SNAPSHOT = json.loads("""
                                     "view": "relative"}},
  "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
  "rollouts": {"device": "cpu", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
+              "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "stop": [], "tasks_per_round": 64,
+              "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
+ "rounds": 20, "rubric": "env", "seed": 0,
+ "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
+           "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
+           "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0},
+ "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
+""")
+DEFAULT_HASH = "b4f30b35fa84b2c1"
+"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
+
+# The default as the third release registered it (hash 5a6cbf45c37fcc4d): no stop strings.
+RELEASE_3_SNAPSHOT = json.loads("""
+{"advantages": {"estimator": "gigpo", "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}},
+ "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
+                                    "view": "relative"}},
+ "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
+ "rollouts": {"device": "cpu", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
               "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "tasks_per_round": 64,
               "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
  "rounds": 20, "rubric": "env", "seed": 0,
@@ -43,8 +61,6 @@ DEFAULT_SNAPSHOT = json.loads("""
            "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0},
  "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
 """)
-DEFAULT_HASH = "5a6cbf45c37fcc4d"
-"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
 # The default as the second release registered it (hash c7c6b80ef303edb2): no prompt format, no warm start.
 RELEASE_2_SNAPSHOT = json.loads("""
@@ -99,7 +115,11 @@ def test_the_default_config_is_unchanged_and_valid():
     assert load_config() == config == from_dict({}) == from_dict(config.to_dict())
 
 
-@pytest.mark.parametrize("earlier", [RELEASE_1_SNAPSHOT, RELEASE_2_SNAPSHOT], ids=["release-1", "release-2"])
+@pytest.mark.parametrize(
+    "earlier",
+    [RELEASE_1_SNAPSHOT, RELEASE_2_SNAPSHOT, RELEASE_3_SNAPSHOT],
+    ids=["release-1", "release-2", "release-3"],
+)
 def test_a_config_registered_by_an_earlier_release_reads_back_and_keeps_its_registration(earlier):
     assert from_dict(earlier) == ExperimentConfig()
     assert registration(ExperimentConfig(), earlier) is earlier  # same hash as before

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from creditline.engines import SamplingParams, TorchEngine
-from creditline.engines.torch_engine import _completions
 from creditline.rollout import encode_prompt
 from creditline.trainer import pack, score
 
@@ -49,16 +48,18 @@ def test_greedy_picks_the_argmax_and_stops_at_eos(tiny_policy):
     assert completion.token_ids == [expected]
 
 
-def test_completions_are_cut_after_the_first_eos():
-    tokens = torch.tensor([[5, 2, 0, 0], [7, 8, 9, 6]])  # EOS = 2; row 0 stops, row 1 runs to the limit
-    logprobs = torch.tensor([[-0.1, -0.2, 0.0, 0.0], [-1.0, -2.0, -3.0, -4.0]])
-    first, second = _completions(tokens, logprobs, eos=2)
-    assert (
-        first.token_ids == [5, 2]
-        and first.logprobs == pytest.approx([-0.1, -0.2])
-        and first.finish_reason == "stop"
-    )
-    assert second.token_ids == [7, 8, 9, 6] and second.finish_reason == "length"
+def test_a_completion_ends_at_its_first_eos_or_runs_to_the_limit(tiny_policy):
+    engine, tokenizer = make_engine(tiny_policy)
+    prompts = [encode_prompt(tokenizer, "pos 1 2 key 3 4 door 0 0 have no")] * 64
+    completions = engine.generate(prompts, SamplingParams(temperature=3.0, max_new_tokens=6, seed=0))
+    eos = tokenizer.eos_token_id
+    stopped = [c for c in completions if c.finish_reason == "stop"]
+    cut = [c for c in completions if c.finish_reason == "length"]
+    assert stopped and cut  # both kinds occur at this temperature, so both are checked
+    for c in stopped:
+        assert c.token_ids[-1] == eos and eos not in c.token_ids[:-1] and len(c.logprobs) == len(c.token_ids)
+    for c in cut:
+        assert len(c.token_ids) == 6 and eos not in c.token_ids and len(c.logprobs) == 6
 
 
 def test_top_p_keeps_only_the_nucleus(tiny_policy):
