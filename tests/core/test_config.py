@@ -197,7 +197,7 @@ BAD_CASES = {
     "unknown key": (
         "[rollouts]\ngrup_size = 4",
         "rollouts.grup_size = 4: unknown key (did you mean group_size?); known keys: device, enforce_eager, "
-        "engine, gpu_memory_utilization, group_size, max_new_tokens, prompt_format, tasks_per_round, temperature, "
+        "engine, gpu_memory_utilization, group_size, max_new_tokens, prompt_format, stop, tasks_per_round, temperature, "
         "tensor_parallel_size, top_p",
     ),
     "unknown section": (
