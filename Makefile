@@ -27,8 +27,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+# The test extras, and a user's environment package (tests/plugins/countdown) that the plugin tests
+# find through its entry point, as a real user's would be.
+$(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.toml
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]' -e tests/plugins/countdown
 	touch $@
 
 install: $(VENV)/.installed

@@ -31,7 +31,7 @@ from typing import Any
 
 from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
 from creditline.engines.base import SamplingParams
-from creditline.envs import ENVIRONMENTS, Environment, make_env
+from creditline.envs import Environment, environment_factory, make_env
 from creditline.rollout import PROMPT_FORMATS
 from creditline.trainer import TrainConfig
 from creditline.warm_start import WarmStartSettings
@@ -46,8 +46,10 @@ SEED_RANGE = "[0, 2_147_483_647]"
 
 @dataclass(frozen=True)
 class EnvSettings:
-    name: str = field(default="maze", metadata={"choices": ENVIRONMENTS})
-    """A registered environment (`creditline.envs.ENVIRONMENTS`)."""
+    name: str = field(default="maze", metadata={"resolves": environment_factory})
+    """A registered environment (a `creditline.environments` entry point: the built-ins `maze` and
+    `arithmetic`, or an installed package's) or an import path `package.module:factory`
+    (`creditline.envs.registry`)."""
     params: dict[str, Any] = field(
         default_factory=lambda: {"size": 5, "max_steps": 16, "invalid_penalty": 0.1, "progress_reward": 0.1,
                                  "view": "relative"}

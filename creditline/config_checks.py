@@ -12,6 +12,7 @@ dataclass metadata; the annotation gives the type:
     {"range": "(0, 1]"}            int | float: an interval, "[" / "]" closed, "(" / ")" open
     {"choices": REGISTRY}          str: a collection of names, or a function returning one (read when checking)
     {"pattern": (REGEX, WORDS)}    str: a full match of REGEX; WORDS says what that means
+    {"resolves": FUNCTION}         str: FUNCTION(value) succeeds; its ValueError's message says why not
     {"items": "[0, 16]"}           tuple[str, ...]: a list of that many non-empty strings (kept as a tuple)
     dict[str, Any]                 a table of parameters, checked by a relation below
     bool (no metadata)             true or false
@@ -44,7 +45,7 @@ from typing import Any, get_origin, get_type_hints
 
 import pandas as pd
 
-from creditline.envs import ENVIRONMENTS, make_env
+from creditline.envs import environment_factory, make_env
 from creditline.param_kinds import is_number, kind_mismatch, whole_number
 
 
@@ -72,6 +73,7 @@ RELATIONS = (
     "advantages.params",
     "train.minibatches",
     "rollouts.prompt_format",
+    "warm_start.episodes",
 )
 """Fields whose check needs other fields or the file system (see the functions at the end)."""
 
@@ -190,6 +192,12 @@ def check_value(hint: Any, rule: Mapping[str, Any], value: Any) -> tuple[Any, st
         regex, words = rule["pattern"]
         ok = isinstance(value, str) and regex.fullmatch(value) is not None
         return (value, None) if ok else (value, f"must be {words}")
+    if hint is str and "resolves" in rule and isinstance(value, str) and value:
+        try:
+            rule["resolves"](value)
+        except ValueError as exc:
+            return value, str(exc)
+        return value, None
     if hint is str:
         return (value, None) if isinstance(value, str) and value else (value, "must be a non-empty string")
     if get_origin(hint) is tuple:
@@ -274,7 +282,11 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
         problems += initial_policy_problems(config["initial_policy"], files=files, chat=chat)
     if "name" in env and "params" in env:
         note = inherited_note(cls, "env.name", "env.params", env["name"], env["params"])
-        problems += env_problems(env["name"], env["params"], note)
+        found = env_problems(env["name"], env["params"], note)
+        problems += found
+        if not found and "initial_policy" in config:
+            warm = config.get("warm_start", {}).get("episodes", 0) > 0
+            problems += env_feature_problems(env["name"], env["params"], config["initial_policy"], warm)
     if "estimator" in adv and "params" in adv:
         note = inherited_note(
             cls, "advantages.estimator", "advantages.params", adv["estimator"], adv["params"]
@@ -370,8 +382,11 @@ def parameter_problems(
 
 def env_problems(name: str, params: Mapping[Any, Any], note: str = "") -> list[Problem]:
     """`env.params` checked against the constructor's signature, then by building the environment once."""
-    signature = inspect.signature(ENVIRONMENTS[name])
-    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+    try:
+        signature = inspect.signature(environment_factory(name))
+    except (TypeError, ValueError):  # a factory without one (a C type): building it is the check
+        signature = None
+    if signature is None or any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
         problems = []
     else:
         defaults = {
@@ -381,6 +396,27 @@ def env_problems(name: str, params: Mapping[Any, Any], note: str = "") -> list[P
     failure = None if problems else _failure(lambda: make_env(name, **params))
     if failure:
         problems.append(Problem("env.params", params, f'rejected by environment "{name}": {failure}'))
+    return problems
+
+
+def env_feature_problems(
+    name: str, params: Mapping[Any, Any], policy: str, warm_start: bool
+) -> list[Problem]:
+    """The optional environment members (`creditline.envs.base.Environment`) that the config's features
+    need: `vocabulary` for the built-in tiny policy, `format_example` for a warm start and for the
+    built-in chat policy's tokenizer corpus."""
+    env = make_env(name, **params)
+    problems = []
+    if policy == BUILTIN_POLICY and not hasattr(env, "vocabulary"):
+        problems.append(Problem("initial_policy", policy, f'environment "{name}" has no vocabulary() listing its '
+                                "words, which the built-in tiny policy's word-level tokenizer needs: add one, or "
+                                'use "builtin:chat" or a model folder'))  # fmt: skip
+    needs = [what for what, wanted in (("a warm start", warm_start), ('"builtin:chat"', policy == BUILTIN_CHAT_POLICY))
+             if wanted]  # fmt: skip
+    if needs and not hasattr(env, "format_example"):
+        field_, value = ("warm_start.episodes", "> 0") if warm_start else ("initial_policy", policy)
+        problems.append(Problem(field_, value, f'environment "{name}" has no format_example(rng) drawing a random '
+                                f"well-formed action, which {' and '.join(needs)} needs"))  # fmt: skip
     return problems
 
 

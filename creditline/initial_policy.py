@@ -1,6 +1,7 @@
 """The policy round 1 starts from: a built-in one made here, or a user's HF folder, optionally warm-started.
 
-- `builtin:tiny`: the tiny word-level Llama (`creditline.policy`), one token per action, plain prompts;
+- `builtin:tiny`: the tiny word-level Llama (`creditline.policy`), one token per action, plain prompts; its
+  vocabulary is the built-in environments' words, then a plugin environment's `vocabulary()`;
 - `builtin:chat`: a small Qwen2 chat model (`creditline.chat_policy`) whose byte-level BPE tokenizer is
   trained on the experiment's environment text (`environment_corpus`);
 - any other value: the path of a local HF checkpoint folder, used as it is.
@@ -19,6 +20,7 @@ from typing import Any
 from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
 from creditline.config import ExperimentConfig
 from creditline.config_checks import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
+from creditline.envs import BUILTIN_ENVIRONMENTS
 from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy, save_policy
 from creditline.store import hash_path
 from creditline.warm_start import warm_start
@@ -28,7 +30,8 @@ def build_initial_policy(config: ExperimentConfig, folder: Path) -> tuple[Path, 
     """The initial policy's folder (built under `folder` unless it is a user's untouched folder) and the
     facts its lineage record keeps."""
     if config.initial_policy == BUILTIN_POLICY:
-        source = build_tiny_policy(folder, TinyPolicyConfig(seed=config.seed))
+        extra = [] if config.env.name in BUILTIN_ENVIRONMENTS else list(config.env.build().vocabulary())
+        source = build_tiny_policy(folder, TinyPolicyConfig(seed=config.seed), extra)
     elif config.initial_policy == BUILTIN_CHAT_POLICY:
         source = build_chat_policy(folder, environment_corpus(config.env.build, seed=config.seed),
                                    ChatPolicyConfig(seed=config.seed))  # fmt: skip

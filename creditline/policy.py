@@ -58,9 +58,12 @@ def build_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
-def build_tiny_policy(folder: str | Path, config: TinyPolicyConfig = TinyPolicyConfig()) -> Path:
-    """Write the built-in random policy as a checkpoint folder (atomically) and return its path."""
-    tokenizer = build_tokenizer(builtin_vocabulary())
+def build_tiny_policy(
+    folder: str | Path, config: TinyPolicyConfig = TinyPolicyConfig(), extra_words: list[str] = ()
+) -> Path:
+    """Write the built-in random policy as a checkpoint folder (atomically) and return its path.
+    `extra_words` (a plugin environment's `vocabulary()`) follow the built-in words in the tokenizer."""
+    tokenizer = build_tokenizer([*builtin_vocabulary(), *extra_words])
     model_config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=config.hidden_size,

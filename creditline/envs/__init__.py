@@ -1,34 +1,55 @@
-"""Built-in environments and the name → constructor registry."""
+"""Environments: the protocol (`base`), the built-ins, and finding one by name (`registry`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from creditline.envs.arithmetic import ArithmeticEnv
-from creditline.envs.base import Environment, Observation, Transition
-from creditline.envs.maze import MazeEnv
-
-ENVIRONMENTS: dict[str, Callable[..., Environment]] = {"maze": MazeEnv, "arithmetic": ArithmeticEnv}
+from creditline.envs.base import REQUIRED_MEMBERS, Environment, Observation, Transition
+from creditline.envs.registry import (
+    BUILTIN_ENVIRONMENTS,
+    UnknownEnvironment,
+    environment_factory,
+    registered_environments,
+)
 
 
 def make_env(name: str, **params) -> Environment:
-    """Build a registered environment; unknown names and parameters fail with the valid choices."""
-    if name not in ENVIRONMENTS:
-        raise ValueError(f"unknown environment {name!r}; registered: {sorted(ENVIRONMENTS)}")
+    """Build the environment `name` stands for (a registered name or an import path) with `params`;
+    unknown names, bad parameters and objects that are not environments fail with a clear message."""
     try:
-        return ENVIRONMENTS[name](**params)
+        factory = environment_factory(name)
+    except UnknownEnvironment as exc:
+        raise UnknownEnvironment(f"environment {name!r} {exc}") from exc
+    try:
+        env = factory(**params)
     except TypeError as exc:
         raise ValueError(f"bad parameters for environment {name!r}: {exc}") from exc
+    missing = [member for member in REQUIRED_MEMBERS if not hasattr(env, member)]
+    if missing:
+        raise ValueError(
+            f"environment {name!r}: the factory returned a {type(env).__name__} without {', '.join(missing)} "
+            "(see creditline.envs.base.Environment)"
+        )
+    return env
 
 
 def builtin_vocabulary() -> list[str]:
-    """The union of every built-in environment's words, in a stable order."""
+    """The union of every built-in environment's words, in a stable order (plugins never change it: it
+    is the built-in tiny policy's vocabulary, and so part of the default experiment's checkpoint hash)."""
     words: list[str] = []
-    for name in sorted(ENVIRONMENTS):
-        for word in ENVIRONMENTS[name].vocabulary():
+    for name in sorted(BUILTIN_ENVIRONMENTS):
+        for word in BUILTIN_ENVIRONMENTS[name].vocabulary():
             if word not in words:
                 words.append(word)
     return words
 
 
-__all__ = ["ENVIRONMENTS", "Environment", "Observation", "Transition", "make_env", "builtin_vocabulary"]
+__all__ = [
+    "BUILTIN_ENVIRONMENTS",
+    "Environment",
+    "Observation",
+    "Transition",
+    "UnknownEnvironment",
+    "builtin_vocabulary",
+    "environment_factory",
+    "make_env",
+    "registered_environments",
+]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,19 @@ class Transition:
     info: dict = field(default_factory=dict)
 
 
-@runtime_checkable
 class Environment(Protocol):
-    """A deterministic text environment. One instance runs one episode at a time."""
+    """A deterministic text environment. One instance runs one episode at a time.
+
+    Required: `name`, `max_steps`, `reset`, `step` (`REQUIRED_MEMBERS`). Optional, each needed by one
+    feature only: `instructions` (the system message of chat prompts; none without it), `format_example`
+    (a warm start and the built-in chat policy's tokenizer corpus), `vocabulary` (the built-in tiny
+    policy, whose tokenizer knows only listed words). A feature that needs a missing member is refused
+    when the config is loaded.
+    """
 
     name: str
     max_steps: int
+    """The step limit; an episode is `truncated` when it reaches it."""
     instructions: str
     """What the task is and how to answer; the system message of a chat policy's conversation."""
 
@@ -78,6 +85,9 @@ class Environment(Protocol):
     def vocabulary() -> list[str]:
         """Every word that can appear in this environment's observations or valid actions."""
         ...
+
+
+REQUIRED_MEMBERS = ("name", "max_steps", "reset", "step")
 
 
 _WORD = re.compile(r"[A-Za-z]+")

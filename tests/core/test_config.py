@@ -22,7 +22,7 @@ from creditline.config import (
     registration,
 )
 from creditline.config_checks import RELATIONS, ConfigError, check_value, interval
-from creditline.envs import ENVIRONMENTS
+from creditline.envs import BUILTIN_ENVIRONMENTS
 from creditline.rubrics import RUBRICS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,7 +191,10 @@ BAD_CASES = {
         'name = "Maze GRPO"',
         "name = \"Maze GRPO\": must be 1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit",
     ),
-    "environment": ('[env]\nname = "grid"', f'env.name = "grid": {one_of(ENVIRONMENTS)}'),
+    "environment": (
+        '[env]\nname = "grid"',
+        'env.name = "grid": is neither a registered environment (arithmetic, countdown, maze) nor an import path "package.module:factory"',
+    ),
     "rubric": ('rubric = "envv"', f'rubric = "envv": {one_of(RUBRICS)}'),
     "estimator": ('[advantages]\nestimator = "ppo"', f'advantages.estimator = "ppo": {one_of(available())}'),
     "unknown key": (
@@ -379,7 +382,9 @@ def test_every_field_declares_its_rule_next_to_it():
             assert "range" in declared.metadata, path
             interval(declared.metadata["range"])
         elif hint is str and path not in RELATIONS:
-            assert {"choices", "pattern"} & declared.metadata.keys(), path
+            assert {"choices", "pattern", "resolves"} & declared.metadata.keys(), path
+        elif typing.get_origin(hint) is tuple:
+            interval(declared.metadata["items"])
         value = defaults
         for name in path.split("."):
             value = value[name]

@@ -102,7 +102,7 @@ def test_arithmetic_checks_the_answer():
 
 
 def test_unknown_environment_and_parameter_fail_clearly():
-    with pytest.raises(ValueError, match="unknown environment 'nope'"):
+    with pytest.raises(ValueError, match="environment 'nope' is neither a registered environment"):
         make_env("nope")
     with pytest.raises(ValueError, match="bad parameters for environment 'maze'"):
         make_env("maze", colour="red")
