@@ -22,7 +22,6 @@ from creditline.config import (
     registration,
 )
 from creditline.config_checks import RELATIONS, ConfigError, check_value, interval
-from creditline.envs import BUILTIN_ENVIRONMENTS
 from creditline.rubrics import RUBRICS
 
 ROOT = Path(__file__).resolve().parents[2]

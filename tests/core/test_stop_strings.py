@@ -71,7 +71,9 @@ def test_a_stop_string_cuts_the_free_run_at_the_token_that_completes_it(policy, 
         )
         end = min(n for n in (first, eos, len(whole.token_ids)) if n is not None)
         assert cut.token_ids == whole.token_ids[:end]
-        assert cut.logprobs == pytest.approx(whole.logprobs[:end], abs=1e-5)  # other rows' masks move float bits
+        assert cut.logprobs == pytest.approx(
+            whole.logprobs[:end], abs=1e-5
+        )  # other rows' masks move float bits
         assert cut.finish_reason == ("stop" if first == end or eos == end else "length")
         if first == end:
             assert decode_action(tokenizer, cut.token_ids, (stop,)).endswith(stop.strip())
