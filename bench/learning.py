@@ -8,6 +8,7 @@ summary (GiGPO's rounds to threshold against GRPO's).
 
     .venv/bin/python bench/learning.py [--seeds 0 1 2] [--rounds 20] [--eval-tasks 100]
     .venv/bin/python bench/learning.py --config examples/chat-maze.toml --seeds 0   # that experiment's estimator
+    .venv/bin/python bench/learning.py --config examples/chat-maze.toml --seeds 0 --plot docs/chat-maze.png
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from creditline.config import AdvantageSettings, ExperimentConfig, load_config
 from creditline.engines import TorchEngine
 from creditline.evaluation import evaluate
 from creditline.initial_policy import build_initial_policy
+from creditline.plots import success_by_round
 from creditline.policy import load_policy
 from creditline.policy_update import training_rows, update_policy
 from creditline.rollout import run_episodes
@@ -45,9 +47,13 @@ def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
     settings = config.rollouts
     rubric = get_rubric(config.rubric)
 
+    returns: list[float] = []
+
     def held_out(round_: int) -> float:
-        return evaluate(engine, tokenizer, config.env.build, config.name, round_, eval_tasks,
-                        settings.max_new_tokens, settings.prompt_format, settings.stop)[1].success_rate  # fmt: skip
+        summary = evaluate(engine, tokenizer, config.env.build, config.name, round_, eval_tasks,
+                           settings.max_new_tokens, settings.prompt_format, settings.stop)[1]  # fmt: skip
+        returns.append(summary.mean_return)
+        return summary.success_rate
 
     initial, curve, optimizer_state = held_out(0), [], None
     start = time.perf_counter()
@@ -71,7 +77,7 @@ def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
               file=sys.stderr, flush=True)  # fmt: skip
     seconds = (time.perf_counter() - start) / rounds
     first = next((i + 1 for i, s in enumerate(curve) if s >= initial + 0.30), None)
-    return {"initial": initial, "curve": curve, "first": first, "seconds": seconds}
+    return {"initial": initial, "curve": curve, "first": first, "seconds": seconds, "returns": returns}
 
 
 def main() -> None:
@@ -82,6 +88,9 @@ def main() -> None:
     parser.add_argument("--config", help="an experiment TOML (default: the default experiment)")
     parser.add_argument(
         "--threads", type=int, default=2, help="torch CPU threads (1 to run two benches side by side)"
+    )
+    parser.add_argument(
+        "--plot", type=Path, help="write each run's held-out curve as PNG: PLOT-<estimator>-s<seed>.png"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -96,6 +105,14 @@ def main() -> None:
             curve = " ".join(f"{s:.2f}" for s in result["curve"])
             print(f"{name:<8} {seed:>4} {result['initial']:>7.2f} {str(result['first']):>9} "
                   f"{result['curve'][-1]:>5.2f} {result['seconds']:>7.1f}  {curve}", flush=True)  # fmt: skip
+            if args.plot:
+                png = args.plot.with_name(f"{args.plot.stem}-{name}-s{seed}.png")
+                png.write_bytes(success_by_round(list(range(args.rounds + 1)), [result["initial"], *result["curve"]],
+                                                 result["returns"], f"{base.name}: {name}, seed {seed}, held-out"))  # fmt: skip
+            if args.plot:
+                png = args.plot.with_name(f"{args.plot.stem}-{name}-s{seed}.png")
+                png.write_bytes(success_by_round(list(range(args.rounds + 1)), [result["initial"], *result["curve"]],
+                                                 result["returns"], f"{base.name}: {name}, seed {seed}, held-out"))  # fmt: skip
     print("\nrounds to +0.30 (None = not within the run):")
     if estimators is not ESTIMATORS:
         return
