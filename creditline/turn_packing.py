@@ -9,12 +9,15 @@ own row, so one row per episode — every turn's completion tokens trained on, t
 between kept as context only — gives the same per-token terms, hence the same token-level loss and
 gradients, from about T times fewer tokens.
 
-Episodes whose rows do not chain that way (plain prompts, where each turn's prompt is the current
-observation alone) keep one row per step.
+Where a turn's prompt does not extend the previous turn's prompt + completion (plain prompts, where each
+turn's prompt is the current observation alone, or a history an environment rewrote), the merge stops and
+the turn starts a new row: best-effort interleaving, the rule prime-rl applies to verifiers rollouts
+(`interleave_rollout`), so the same rows are trained here and exported to prime-rl (`creditline.export`).
 
 Shapes: the input rows are the step rows (`episode_id`, `step_idx`, `prompt_ids`, `completion_ids`,
 `completion_logprobs`, `completion_advantages`); the output has the same list columns plus
-`sampled_mask` (one 0/1 per completion token) and one row per merged episode or unmerged step.
+`sampled_mask` (one 0/1 per completion token), `episode_id` and `steps` (the step indices merged), one row
+per maximal chain of turns.
 """
 
 from __future__ import annotations
@@ -22,53 +25,50 @@ from __future__ import annotations
 import pandas as pd
 
 COLUMNS = ["prompt_ids", "completion_ids", "completion_logprobs", "completion_advantages", "sampled_mask"]
+"""The list columns of a training row (what `creditline.trainer.pack` takes)."""
 
 
 def merge_turns(rows: pd.DataFrame) -> pd.DataFrame:
-    """The training rows of `rows`, each chained episode merged into one (see the module doc)."""
+    """The training rows of `rows`: each episode's turns merged while they chain (see the module doc)."""
     merged: list[dict] = []
     for _, episode in rows.sort_values(["episode_id", "step_idx"], kind="stable").groupby(
         "episode_id", sort=False
     ):
-        turns = episode.to_dict("records")
-        if len(turns) > 1 and _chained(turns):
-            merged.append(_merge(turns))
-        else:
-            merged += [_single(turn) for turn in turns]
-    return pd.DataFrame(merged, columns=COLUMNS)
+        current: dict | None = None
+        for turn in episode.to_dict("records"):
+            if current is not None and _extends(current, turn):
+                _append(current, turn)
+            else:
+                if current is not None:
+                    merged.append(current)
+                current = _single(turn)
+        merged.append(current)
+    return pd.DataFrame(merged, columns=[*COLUMNS, "episode_id", "steps"])
 
 
-def _chained(turns: list[dict]) -> bool:
-    """Each turn's prompt starts with the previous turn's prompt + completion."""
-    for before, after in zip(turns, turns[1:], strict=False):
-        sampled = len(before["prompt_ids"]) + len(before["completion_ids"])
-        if len(after["prompt_ids"]) < sampled or list(after["prompt_ids"][:sampled]) != [
-            *before["prompt_ids"],
-            *before["completion_ids"],
-        ]:
-            return False
-    return True
+def _extends(row: dict, turn: dict) -> bool:
+    """`turn`'s prompt starts with everything `row` holds (its prompt + completion so far)."""
+    held = len(row["prompt_ids"]) + len(row["completion_ids"])
+    prompt = turn["prompt_ids"]
+    return len(prompt) >= held and list(prompt[:held]) == [*row["prompt_ids"], *row["completion_ids"]]
 
 
-def _merge(turns: list[dict]) -> dict:
-    first_prompt = list(turns[0]["prompt_ids"])
-    ids, logprobs, advantages, sampled = [], [], [], []
-    for turn, following in zip(turns, [*turns[1:], None], strict=True):
-        completion = list(turn["completion_ids"])
-        ids += completion
-        logprobs += list(turn["completion_logprobs"])
-        advantages += list(turn["completion_advantages"])
-        sampled += [1] * len(completion)
-        if following is not None:  # the environment's reply: context, not trained on
-            reply = list(following["prompt_ids"][len(first_prompt) + len(ids) :])
-            ids += reply
-            logprobs += [0.0] * len(reply)
-            advantages += [0.0] * len(reply)
-            sampled += [0] * len(reply)
-    return dict(zip(COLUMNS, [first_prompt, ids, logprobs, advantages, sampled], strict=True))
+def _append(row: dict, turn: dict) -> None:
+    """Add the environment's reply (context, not trained on) and `turn`'s completion to `row`."""
+    reply = list(turn["prompt_ids"][len(row["prompt_ids"]) + len(row["completion_ids"]) :])
+    completion = list(turn["completion_ids"])
+    row["completion_ids"] += reply + completion
+    row["completion_logprobs"] += [0.0] * len(reply) + list(turn["completion_logprobs"])
+    row["completion_advantages"] += [0.0] * len(reply) + list(turn["completion_advantages"])
+    row["sampled_mask"] += [0] * len(reply) + [1] * len(completion)
+    row["steps"].append(int(turn["step_idx"]))
 
 
 def _single(turn: dict) -> dict:
     values = [list(turn["prompt_ids"]), list(turn["completion_ids"]), list(turn["completion_logprobs"]),
               list(turn["completion_advantages"]), [1] * len(turn["completion_ids"])]  # fmt: skip
-    return dict(zip(COLUMNS, values, strict=True))
+    return {
+        **dict(zip(COLUMNS, values, strict=True)),
+        "episode_id": turn["episode_id"],
+        "steps": [int(turn["step_idx"])],
+    }
