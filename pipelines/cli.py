@@ -7,6 +7,7 @@
     creditline register [--experiment NAME] [--config FILE]
     creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
     creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out OUT.parquet
+    creditline export [--experiment NAME] [--round R] --format pr941|prime-rl [--rubric VERSION] --out FILE.jsonl
 
 Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`) and
 `--debug` (tracebacks instead of one-line errors). Expected errors (a bad config, argument or input
@@ -376,6 +377,46 @@ def cmd_advantages(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from creditline.config import from_dict
+    from creditline.export import export_lines
+    from creditline.store import read_parquet, write_bytes_atomic
+
+    store = _store(args.data_root)
+    _known_experiment(store, args.experiment)
+    rounds = sorted({a.round for a in store.artifacts(args.experiment, kind="advantages")})
+    if not rounds:
+        raise UsageError(f"--experiment {args.experiment!r}: no round has advantages yet")
+    round_ = rounds[-1] if args.round is None else args.round
+    if round_ not in rounds:
+        raise UsageError(f"--round {round_}: no advantages for it; rounds with advantages: {_spans(rounds)}")
+    scores_kind, advantages_kind = (
+        ("rescore_scores", "rescore_advantages") if args.rubric else ("scores", "advantages")
+    )
+    tables = {}
+    for kind, variant in (
+        ("steps", ""),
+        (scores_kind, args.rubric or ""),
+        (advantages_kind, args.rubric or ""),
+    ):
+        record = store.artifact(args.experiment, round_, kind, variant)
+        if record is None:
+            versions = sorted(
+                {a.variant for a in store.artifacts(args.experiment, round_, "rescore_advantages")}
+            )
+            raise UsageError(f"--rubric {args.rubric}: round {round_} was not re-scored with it; "
+                             f"re-scored versions: {', '.join(versions) or 'none'}")  # fmt: skip
+        tables[kind] = read_parquet(record.path)
+    config = from_dict(store.experiment_config(args.experiment))
+    lines = export_lines(args.format, args.experiment, round_, tables["steps"], tables[scores_kind],
+                         tables[advantages_kind], config.rollouts.temperature)  # fmt: skip
+    text = "".join(line + "\n" for line in lines)
+    digest = write_bytes_atomic(text.encode("utf-8"), args.out)
+    print(f"wrote {text.count(chr(10))} {args.format} lines of {args.experiment} round {round_} to {args.out} "
+          f"(sha256 {digest[:12]})")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="creditline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", default=None, help=f"default: ${DATA_ROOT_ENV} or ./creditline-data")
@@ -420,6 +461,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--scores", default=None, help="a round's scores.parquet: use its step and episode rewards"
     )
     adv.add_argument("--out", required=True)
+    export = add("export", cmd_export, "a round's per-token advantages for verifiers (PR #941) or prime-rl")
+    export.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    export.add_argument("--round", type=int, default=None, help="default: the newest round with advantages")
+    export.add_argument("--format", required=True, choices=["pr941", "prime-rl"])
+    export.add_argument("--rubric", default=None, help="a rubric version the round was re-scored with (default: "
+                        "the round's own scores)")  # fmt: skip
+    export.add_argument("--out", required=True, help="JSON lines file (written atomically)")
     return parser
 
 

@@ -258,3 +258,42 @@ def test_rescore_twice_gives_identical_hashes_and_no_duplicate_rows(finished):
     assert len(versions) == 2  # the training rubric and the re-scored one, side by side
     unknown = creditline(data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "nope")
     assert unknown.returncode == 2 and "nope" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_export_hands_the_rounds_per_token_advantages_to_prime_rl_and_verifiers(finished, tmp_path):
+    from creditline.store import read_parquet
+
+    data_root, _ = finished
+    store = LineageStore(data_root / "lineage.duckdb")
+    advantages = read_parquet(store.artifact(EXPERIMENT, 2, "advantages").path)
+    by_step = {
+        (r.episode_id, r.step_idx): [float(a) for a in r.completion_advantages]
+        for r in advantages.itertuples()
+    }
+    for format_ in ("prime-rl", "pr941"):
+        out = tmp_path / f"{format_}.jsonl"
+        result = creditline(
+            data_root, "export", "--experiment", EXPERIMENT, "--format", format_, "--out", str(out)
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"of {EXPERIMENT} round 2 to {out}" in result.stdout  # the newest round by default
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        exported = {}
+        if format_ == "prime-rl":  # plain prompts never chain: one sample per step
+            for sample in records:
+                (step,) = sample["steps"]
+                exported[(sample["info"]["episode_id"], step)] = [
+                    a for a, m in zip(sample["advantages"], sample["mask"], strict=True) if m
+                ]
+        else:
+            assert len(records) == advantages["episode_id"].nunique()
+            for rollout in records:
+                for step in rollout["trajectory"]:
+                    exported[(step["trajectory_id"], step["extras"]["step_idx"])] = step[
+                        "completion_advantages"
+                    ]
+        assert exported == by_step  # exactly: JSON keeps every float bit
+    missing = creditline(data_root, "export", "--experiment", EXPERIMENT, "--round", "7", "--format", "pr941",
+                         "--out", str(tmp_path / "x.jsonl"))  # fmt: skip
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == "error: --round 7: no advantages for it; rounds with advantages: 1..2"
