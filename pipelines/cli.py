@@ -390,6 +390,10 @@ def cmd_export(args) -> int:
     round_ = rounds[-1] if args.round is None else args.round
     if round_ not in rounds:
         raise UsageError(f"--round {round_}: no advantages for it; rounds with advantages: {_spans(rounds)}")
+    if args.rubric:
+        from creditline.rubrics import RUBRICS
+
+        args.rubric = RUBRICS[args.rubric].version if args.rubric in RUBRICS else args.rubric
     scores_kind, advantages_kind = (
         ("rescore_scores", "rescore_advantages") if args.rubric else ("scores", "advantages")
     )
@@ -465,8 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     export.add_argument("--round", type=int, default=None, help="default: the newest round with advantages")
     export.add_argument("--format", required=True, choices=["pr941", "prime-rl"])
-    export.add_argument("--rubric", default=None, help="a rubric version the round was re-scored with (default: "
-                        "the round's own scores)")  # fmt: skip
+    export.add_argument("--rubric", default=None, help="a rubric name or version the round was re-scored with "
+                        "(default: the round's own scores)")  # fmt: skip
     export.add_argument("--out", required=True, help="JSON lines file (written atomically)")
     return parser
 

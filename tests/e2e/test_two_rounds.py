@@ -297,3 +297,34 @@ def test_export_hands_the_rounds_per_token_advantages_to_prime_rl_and_verifiers(
                          "--out", str(tmp_path / "x.jsonl"))  # fmt: skip
     assert missing.returncode == 2
     assert missing.stderr.strip() == "error: --round 7: no advantages for it; rounds with advantages: 1..2"
+
+
+def test_export_of_a_rescored_round_takes_the_rescored_advantages(finished, tmp_path):
+    from creditline.rubrics import RUBRICS
+    from creditline.store import read_parquet
+
+    data_root, _ = finished
+    rescored = creditline(
+        data_root, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient", "--rounds", "2"
+    )
+    assert rescored.returncode == 0, rescored.stderr[-3000:]  # idempotent if an earlier test did it
+    version = RUBRICS["env-efficient"].version
+    store = LineageStore(data_root / "lineage.duckdb")
+    advantages = read_parquet(store.artifact(EXPERIMENT, 2, "rescore_advantages", version).path)
+    out = tmp_path / "rescored.jsonl"
+    result = creditline(data_root, "export", "--experiment", EXPERIMENT, "--round", "2", "--rubric", "env-efficient",
+                        "--format", "pr941", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["info"]["rubric_version"] for r in records} == {version}
+    exported = {
+        (s["trajectory_id"], s["extras"]["step_idx"]): s["advantage"]
+        for r in records
+        for s in r["trajectory"]
+    }
+    assert exported == {(r.episode_id, r.step_idx): float(r.advantage) for r in advantages.itertuples()}
+    unknown = creditline(data_root, "export", "--experiment", EXPERIMENT, "--round", "1", "--rubric", "nope-1234",
+                         "--format", "pr941", "--out", str(tmp_path / "x.jsonl"))  # fmt: skip
+    assert unknown.returncode == 2 and unknown.stderr.startswith(
+        "error: --rubric nope-1234: round 1 was not re-scored"
+    )
