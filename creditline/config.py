@@ -78,6 +78,7 @@ class RolloutSettings:
     is kept, and the action text ends with it (vLLM's `stop` with `include_stop_str_in_output`)."""
     prompt_format: str = field(default="auto", metadata={"choices": PROMPT_FORMATS})
     """"chat": a conversation rendered by the tokenizer's chat template, its token ids kept turn to turn;
+    "chat-last": the template over the instructions and the current observation only, fresh each turn;
     "plain": the observation's text alone each turn; "auto": chat when the tokenizer has a template."""
     engine: str = field(default="torch", metadata={"choices": ENGINES})
     """"torch" (any machine) or "vllm" (CUDA GPU, `creditline[vllm]`)."""

@@ -278,7 +278,9 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
     rollouts, train = config.get("rollouts", {}), config.get("train", {})
     problems: list[Problem] = []
     if "initial_policy" in config:
-        chat = rollouts.get("prompt_format") == "chat"
+        chat = (
+            rollouts.get("prompt_format") if rollouts.get("prompt_format") in ("chat", "chat-last") else None
+        )
         problems += initial_policy_problems(config["initial_policy"], files=files, chat=chat)
     if "name" in env and "params" in env:
         note = inherited_note(cls, "env.name", "env.params", env["name"], env["params"])
@@ -303,12 +305,12 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
     return problems
 
 
-def initial_policy_problems(value: str, *, files: bool, chat: bool = False) -> list[Problem]:
-    """Problems of `initial_policy` (and of `rollouts.prompt_format` = "chat" when `chat`: the policy's
-    tokenizer must have a chat template)."""
+def initial_policy_problems(value: str, *, files: bool, chat: str | None = None) -> list[Problem]:
+    """Problems of `initial_policy` (and of `rollouts.prompt_format` when it is `chat`, a chat format: the
+    policy's tokenizer must have a chat template)."""
     if value == BUILTIN_POLICY and chat:
         why = 'the built-in tiny policy has no chat template: use "plain" or "auto", or initial_policy "builtin:chat"'
-        return [Problem("rollouts.prompt_format", "chat", why)]
+        return [Problem("rollouts.prompt_format", chat, why)]
     if value in BUILTIN_POLICIES or not files:
         return []
     folder = Path(value).expanduser()
@@ -319,7 +321,7 @@ def initial_policy_problems(value: str, *, files: bool, chat: bool = False) -> l
     return [Problem("initial_policy", value, f"must be {choices} or a HF checkpoint folder ({why})")]
 
 
-def tokenizer_problems(folder: Path, value: str, chat: bool) -> list[Problem]:
+def tokenizer_problems(folder: Path, value: str, chat: str | None) -> list[Problem]:
     """Why the checkpoint's tokenizer cannot serve the policy: none loads, it has no EOS to stop a
     completion at, or (`chat`) it has no chat template. The tokenizer is loaded once."""
     from creditline.conversation import has_chat_template
@@ -336,7 +338,7 @@ def tokenizer_problems(folder: Path, value: str, chat: bool) -> list[Problem]:
         problems.append(Problem("initial_policy", value, why))
     if chat and not has_chat_template(tokenizer):
         why = f'the tokenizer of {value} has no chat template: add one to its tokenizer_config.json, or use "plain"'
-        problems.append(Problem("rollouts.prompt_format", "chat", why))
+        problems.append(Problem("rollouts.prompt_format", chat, why))
     return problems
 
 

@@ -2,12 +2,15 @@
 
 For each turn, the prompts of all episodes still running are generated together (one batched call, the
 engine's KV cache inside it), each completion is decoded and applied to its own environment. Prompts
-come in one of two formats (`PROMPT_FORMATS`):
+come in one of three formats (`PROMPT_FORMATS`):
 
 - `chat`: the episode is a conversation rendered by the tokenizer's chat template (the environment's
   `instructions` as the system message, each observation a user message, each completion an assistant
   message). Its token ids only grow: turn t+1's prompt is turn t's prompt + the sampled completion ids +
   the environment's reply (`creditline.conversation`), so what is trained on is what was sampled.
+- `chat-last`: each turn is a fresh two-message conversation, the `instructions` and the current
+  observation, rendered by the same template: the chat format without the history (the observation carries
+  the state, as the built-in environments' do), so prompts stay short and nothing is re-tokenised.
 - `plain`: each turn's prompt is the current observation's text alone (BOS first), for policies without
   a chat template such as the built-in word-level one.
 
@@ -38,8 +41,10 @@ from creditline.engines.base import Engine, SamplingParams
 from creditline.engines.stop_strings import cut_after_stop
 from creditline.envs.base import Environment, Observation
 
-PROMPT_FORMATS = ("auto", "chat", "plain")
+PROMPT_FORMATS = ("auto", "chat", "chat-last", "plain")
 """`auto`: chat when the tokenizer has a chat template, plain otherwise."""
+CHAT_FORMATS = ("chat", "chat-last")
+"""The formats rendered by the tokenizer's chat template."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,8 @@ class _Episode:
     observation: Observation
     prompt_ids: list[int]
     conversation: Conversation | None
+    history: bool
+    """The conversation grows turn by turn ("chat"); else each turn starts a fresh one ("chat-last")."""
     env_return: float = 0.0
     num_steps: int = 0
     success: bool = False
@@ -78,12 +85,13 @@ def decode_action(tokenizer, completion_ids: Sequence[int], stop: Sequence[str] 
 
 
 def resolve_prompt_format(tokenizer, prompt_format: str) -> str:
-    """ "chat" or "plain" for `tokenizer`; asking for chat from a tokenizer without a template is refused."""
+    """ "chat", "chat-last" or "plain" for `tokenizer`; a chat format from a tokenizer without a template is
+    refused."""
     if prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"unknown prompt format {prompt_format!r}; choose one of {PROMPT_FORMATS}")
     if prompt_format == "auto":
         return "chat" if has_chat_template(tokenizer) else "plain"
-    if prompt_format == "chat":
+    if prompt_format in CHAT_FORMATS:
         require_chat_template(tokenizer)
     return prompt_format
 
@@ -100,7 +108,7 @@ def run_episodes(
     prompt_format: str = "auto",
 ) -> RolloutTables:
     """Play `group_size` episodes of every task in `task_ids` to the end, batched per turn."""
-    chat = resolve_prompt_format(tokenizer, prompt_format) == "chat"
+    prompt_format = resolve_prompt_format(tokenizer, prompt_format)
     context = getattr(engine, "context_length", None)
     episodes = []
     for task in task_ids:
@@ -109,7 +117,7 @@ def run_episodes(
             observation = env.reset(task, ids.derive_seed(sampling.seed, round_, task, sample))
             conversation = (
                 Conversation(tokenizer, observation.text, getattr(env, "instructions", None))
-                if chat
+                if prompt_format in CHAT_FORMATS
                 else None
             )
             episodes.append(
@@ -126,6 +134,7 @@ def run_episodes(
                         else encode_prompt(tokenizer, observation.text)
                     ),
                     conversation=conversation,
+                    history=prompt_format == "chat",
                 )
             )
     step_rows: list[dict] = []
@@ -205,10 +214,13 @@ def run_episodes(
 
 
 def _next_prompt(ep: _Episode, tokenizer, completion, observation: Observation) -> list[int]:
-    """The prompt of the episode's next turn: the conversation grown by this turn (chat), or the next
-    observation alone (plain)."""
+    """The prompt of the episode's next turn: the conversation grown by this turn (chat), a fresh one
+    holding the next observation (chat-last), or the next observation alone (plain)."""
     if ep.conversation is None:
         return encode_prompt(tokenizer, observation.text)
+    if not ep.history:
+        ep.conversation = Conversation(tokenizer, observation.text, getattr(ep.env, "instructions", None))
+        return ep.conversation.prompt_ids
     return ep.conversation.add_turn(
         completion.token_ids, completion.finish_reason == "stop", observation.text
     )

@@ -200,3 +200,29 @@ def test_one_training_row_per_episode_gives_the_same_loss_and_gradients_from_few
     again = train(copy.deepcopy(model), per_episode, config, 1.0, seed=0)[0][0]
     assert first["loss"] == pytest.approx(again["loss"], abs=1e-6) and first["tokens"] == again["tokens"]
     assert first["sampler_kl"] == pytest.approx(again["sampler_kl"], abs=1e-6)
+
+
+def test_chat_last_renders_each_turn_fresh_from_the_instructions_and_the_current_observation(chat_policy):
+    from creditline.conversation import Conversation
+
+    model, tokenizer = chat_policy
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    steps = run_episodes(engine, tokenizer, maze, "last", 1, list(range(4)), 2,
+                         SamplingParams(temperature=1.0, max_new_tokens=3, seed=7), "chat-last").steps  # fmt: skip
+    assert steps["step_idx"].max() >= 3
+    instructions = maze().instructions
+    for row in steps.itertuples():
+        assert list(row.prompt_ids) == Conversation(tokenizer, row.observation, instructions).prompt_ids
+    rows = steps.assign(completion_advantages=steps["completion_ids"].map(lambda c: [1.0] * len(c)))
+    assert len(merge_turns(rows)) == len(steps)  # fresh prompts never chain: one training row per turn
+
+
+def test_chat_last_needs_a_chat_template_too(tmp_path):
+    from creditline.config import ConfigError, from_dict
+
+    with pytest.raises(ConfigError) as caught:
+        from_dict({"rollouts": {"prompt_format": "chat-last"}})
+    (line,) = caught.value.problems
+    assert line.startswith(
+        'rollouts.prompt_format = "chat-last": the built-in tiny policy has no chat template'
+    )
