@@ -1,6 +1,8 @@
-"""The chat example through the real CLI, Dagster instance, DuckDB catalog and MLflow store: a warm-started
-built-in chat policy plays a multi-turn maze with free-text actions, and the round lands like any other."""
+"""The chat example through the real CLI, Dagster instance, DuckDB catalog and MLflow store, and the same
+experiment with its turns rendered as one growing conversation (`prompt_format = "chat"`): both rounds land
+like any other, and the conversation round keeps every sampled token id from turn to turn."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,36 +15,68 @@ from creditline.store import LineageStore, read_parquet
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat-maze.toml"
-EXPERIMENT = "chat-maze"
+EXPERIMENT, CONVERSATION = "chat-maze", "chat-maze-conversation"
+KINDS = {"episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation"}
+
+
+def creditline(data_root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root)}
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    data_root = tmp_path_factory.mktemp("data")
-    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root)}
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", "--config", str(EXAMPLE), "--rounds", "1"],
-                            env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    folder = tmp_path_factory.mktemp("chat")
+    data_root = folder / "data"
+    conversation = folder / "conversation.toml"  # the example, smaller, as one conversation per episode
+    text = EXAMPLE.read_text()
+    for old, new in (('name = "chat-maze"', f'name = "{CONVERSATION}"'), ("tasks_per_round = 64", "tasks_per_round = 8"),
+                     ('prompt_format = "plain"', 'prompt_format = "chat"'), ("num_tasks = 100", "num_tasks = 16")):  # fmt: skip
+        assert old in text
+        text = text.replace(old, new)
+    conversation.write_text(
+        text + "\n[warm_start]\nepisodes = 16\nepochs = 2\n"
+    )  # and a warm-started round 0
+    for config in (EXAMPLE, conversation):
+        result = creditline(data_root, "run", "--config", str(config), "--rounds", "1")
+        assert result.returncode == 0, result.stderr[-3000:]
     return data_root, LineageStore(data_root / "lineage.duckdb")
 
 
-def test_the_initial_policy_is_the_warm_started_chat_model_and_its_lineage_says_so(finished):
+def test_the_initial_policy_is_the_built_in_chat_model_at_random_init(finished):
     _, store = finished
     initial = store.initial_policy(EXPERIMENT)
-    assert initial.meta["source"] == "builtin:chat"
-    warm = initial.meta["warm_start"]
-    assert warm["episodes"] == 128 and warm["loss_after"] < warm["loss_before"] / 3
-    assert warm["started_from"] != initial.content_hash
+    assert initial.meta["source"] == "builtin:chat" and "warm_start" not in initial.meta
     tokenizer = AutoTokenizer.from_pretrained(initial.path)
     assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"
     assert AutoModelForCausalLM.from_pretrained(initial.path).config.model_type == "qwen2"
 
 
-def test_the_round_is_multi_turn_with_free_text_actions_and_kept_token_ids(finished):
+def test_a_warm_start_is_the_round_0_checkpoint_and_its_lineage_says_so(finished):
     _, store = finished
-    steps = read_parquet(store.artifact(EXPERIMENT, 1, "steps").path)
+    initial = store.initial_policy(CONVERSATION)
+    warm = initial.meta["warm_start"]
+    assert warm["episodes"] == 16 and warm["epochs"] == 2 and warm["loss_after"] < warm["loss_before"]
+    assert warm["started_from"] != initial.content_hash  # the random init it was fitted from
+    assert "started_from_path" not in warm  # a built-in policy: nothing of the user's was left in place
+
+
+@pytest.mark.parametrize("experiment", [EXPERIMENT, CONVERSATION])
+def test_each_round_is_multi_turn_with_multi_token_actions_and_verifies(finished, experiment):
+    _, store = finished
+    steps = read_parquet(store.artifact(experiment, 1, "steps").path)
     assert steps["step_idx"].max() >= 5 and steps["completion_ids"].map(len).max() > 1
-    assert set(steps["finish_reason"]) <= {"stop", "length"} and steps["valid_action"].mean() > 0.9
+    assert set(steps["finish_reason"]) == {"stop", "length"}  # random init: some answers end, some are cut
+    assert KINDS <= {record.kind for record in store.artifacts(experiment, 1)}
+    assert store.verify(experiment) == []
+    assert [e.round for e in store.evaluations(experiment)] == [0, 1]
+    assert AutoTokenizer.from_pretrained(store.artifact(experiment, 1, "checkpoint").path).chat_template
+
+
+def test_the_conversation_round_keeps_every_sampled_token_id_turn_to_turn(finished):
+    _, store = finished
+    steps = read_parquet(store.artifact(CONVERSATION, 1, "steps").path)
     for _, episode in steps.groupby("episode_id"):
         rows = episode.sort_values("step_idx").to_dict("records")
         for before, after in zip(rows, rows[1:], strict=False):
@@ -50,13 +84,20 @@ def test_the_round_is_multi_turn_with_free_text_actions_and_kept_token_ids(finis
             assert list(after["prompt_ids"][: len(sampled)]) == sampled
 
 
-def test_the_round_has_every_artifact_and_verifies(finished):
-    _, store = finished
-    kinds = {record.kind for record in store.artifacts(EXPERIMENT, 1)}
-    assert {"episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation"} <= kinds
-    assert store.verify(EXPERIMENT) == []
-    assert [e.round for e in store.evaluations(EXPERIMENT)] == [0, 1]
-    checkpoint = store.artifact(EXPERIMENT, 1, "checkpoint")
-    assert AutoTokenizer.from_pretrained(
-        checkpoint.path
-    ).chat_template  # the template travels with the policy
+def test_a_conversation_exports_to_prime_rl_as_one_sample_per_episode(finished, tmp_path):
+    data_root, store = finished
+    out = tmp_path / "prime-rl.jsonl"
+    result = creditline(
+        data_root, "export", "--experiment", CONVERSATION, "--format", "prime-rl", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    samples = [json.loads(line) for line in out.read_text().splitlines()]
+    steps = read_parquet(store.artifact(CONVERSATION, 1, "steps").path)
+    assert len(samples) == steps["episode_id"].nunique()
+    for sample in samples:
+        episode = steps[steps["episode_id"] == sample["info"]["episode_id"]].sort_values("step_idx")
+        assert sample["steps"] == episode["step_idx"].tolist()
+        last = episode.iloc[-1]
+        assert sample["token_ids"] == [*last["prompt_ids"], *last["completion_ids"]]  # the whole conversation
+        sampled = [t for t, m in zip(sample["token_ids"], sample["mask"], strict=True) if m]
+        assert sampled == [t for ids in episode["completion_ids"] for t in ids]
