@@ -448,5 +448,5 @@ def test_chat_prompts_need_a_policy_with_a_chat_template(tmp_path):
 
 def test_the_chat_example_loads():
     config = load_config(ROOT / "examples" / "chat-maze.toml")
-    assert (config.initial_policy, config.rollouts.prompt_format) == ("builtin:chat", "chat")
-    assert config.warm_start.episodes > 0 and config.rollouts.max_new_tokens > 1
+    assert (config.initial_policy, config.rollouts.prompt_format) == ("builtin:chat", "plain")
+    assert config.warm_start.episodes == 0 and config.rollouts.max_new_tokens > 1
