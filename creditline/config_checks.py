@@ -47,6 +47,7 @@ import pandas as pd
 
 from creditline.envs import environment_factory, make_env
 from creditline.param_kinds import is_number, kind_mismatch, whole_number
+from creditline.rollout import CHAT_FORMATS
 
 
 def registered(module: str, name: str) -> Callable[[], Any]:
@@ -278,9 +279,7 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
     rollouts, train = config.get("rollouts", {}), config.get("train", {})
     problems: list[Problem] = []
     if "initial_policy" in config:
-        chat = (
-            rollouts.get("prompt_format") if rollouts.get("prompt_format") in ("chat", "chat-last") else None
-        )
+        chat = rollouts.get("prompt_format") if rollouts.get("prompt_format") in CHAT_FORMATS else None
         problems += initial_policy_problems(config["initial_policy"], files=files, chat=chat)
     if "name" in env and "params" in env:
         note = inherited_note(cls, "env.name", "env.params", env["name"], env["params"])

@@ -22,6 +22,7 @@ built-ins are then found in `BUILTIN_ENVIRONMENTS` directly.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable
@@ -62,8 +63,11 @@ def registered_environments() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+@functools.cache
 def environment_factory(name: str) -> Callable[..., Environment]:
-    """The factory `name` stands for (see the module doc); a clear `UnknownEnvironment` otherwise."""
+    """The factory `name` stands for (see the module doc); a clear `UnknownEnvironment` otherwise.
+    Resolved once per process and name: rollouts build an environment per episode, and listing entry
+    points reads every installed package's metadata (a failed lookup is not kept, so it is retried)."""
     if name in BUILTIN_ENVIRONMENTS:
         return BUILTIN_ENVIRONMENTS[name]
     registered = registered_environments()

@@ -79,7 +79,7 @@ def test_a_stop_string_cuts_the_free_run_at_the_token_that_completes_it(policy, 
             assert decode_action(tokenizer, cut.token_ids, (stop,)).endswith(stop.strip())
 
 
-def test_a_stop_string_inside_a_token_keeps_the_token_and_cuts_the_text(policy):
+def test_the_action_text_is_cut_after_a_stop_string_that_ends_inside_a_token(policy):
     engine, tokenizer = policy
     word = next(
         t for t in tokenizer.convert_ids_to_tokens(range(len(tokenizer))) if len(t) >= 4 and t.isalpha()

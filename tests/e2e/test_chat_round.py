@@ -3,26 +3,18 @@ experiment with its turns rendered as one growing conversation (`prompt_format =
 like any other, and the conversation round keeps every sampled token id from turn to turn."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from creditline.store import LineageStore, read_parquet
+from e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat-maze.toml"
 EXPERIMENT, CONVERSATION = "chat-maze", "chat-maze-conversation"
 KINDS = {"episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation"}
-
-
-def creditline(data_root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root)}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,12 @@
 real CLI, Dagster instance, DuckDB catalog and MLflow store, named by entry point and by import path,
 without any change to creditline's code."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from creditline.store import LineageStore, read_parquet
+from e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("creditline_countdown", reason="the test plugin is installed by `make test`")
@@ -30,11 +28,10 @@ num_tasks = 8
 """
 
 
-def run(data_root: Path, config: Path, experiment: str, rounds: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root)}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "run", "--experiment", experiment, "--config",
-                           str(config), "--rounds", str(rounds)], env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+def run(data_root: Path, config: Path, experiment: str, rounds: int):
+    return creditline(
+        data_root, "run", "--experiment", experiment, "--config", str(config), "--rounds", str(rounds)
+    )
 
 
 @pytest.fixture(scope="module")

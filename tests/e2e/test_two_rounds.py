@@ -2,25 +2,18 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from creditline.store import LineageStore, hash_path
+from e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
 EXPERIMENT = "e2e-maze"
 ROUND_KINDS = {"episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation"}
-
-
-def creditline(data_root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root)}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
