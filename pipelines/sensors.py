@@ -2,7 +2,9 @@
 
 Schedules cannot add dynamic partitions, so a sensor does it. On each tick it first reclaims what
 dead runs left (`pipelines.reaper`: runs marked failed, pool slots freed, MLflow runs closed) and
-makes every rubric version a partition. Then, for each experiment in the lineage store: unless a
+makes every rubric version a partition. Before it requests an experiment's round it clears the temp
+files and folders that dead writers left under the experiment's folder (`remove_orphans`: a worker
+killed mid-write leaves one, and `verify` would report it for ever). Then, for each experiment in the lineage store: unless a
 `creditline run` holds the experiment's lease or a round of it is in flight, it requests the first
 round without a commit point, up to the config's `rounds`, adding its partition. A round whose last
 run was killed (reaped) is requested again, up to MAX_ATTEMPTS; a round that failed for another
@@ -14,11 +16,13 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 
 import dagster as dg
 
 from assets.partitions import ROUNDS, parse_round_key, round_key
 from creditline.store.leases import lease_holder
+from creditline.store.orphans import remove_orphans
 from creditline.store.rounds import round_commits
 from pipelines.cron_window import in_window
 from pipelines.reaper import IN_FLIGHT, PARTITION_TAG, REAPED_TAG, close_round_tracking, reap_dead_runs
@@ -82,6 +86,8 @@ def next_rounds(
             waiting.append(request)
         else:
             requests.append(request)
+            cleaned += [f"removed {o.path}: left by a writer that died ({o.reason})"
+                        for o in remove_orphans(Path(lineage.data_root) / experiment)]  # fmt: skip
     return requests, waiting, cleaned
 
 

@@ -167,3 +167,31 @@ def test_sensor_leaves_an_experiment_alone_while_a_run_holds_its_lease(tmp_path)
         release_lease(lineage.store(), lease)
         requests, _, _ = next_rounds(instance, lineage)
         assert [r.partition_key for r in requests] == ["held.r001"]
+
+
+def test_before_requesting_a_round_the_sensor_clears_what_dead_writers_left(tmp_path):
+    """A worker SIGKILLed while it wrote the initial policy leaves a temp folder; the retry must not keep it
+    (verify would report it for ever). A live writer's temp folder, and other experiments', are left."""
+    import os
+    import subprocess
+    import sys
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout)  # fmt: skip
+    lineage = LineageResource(data_root=str(tmp_path))
+    lineage.store().register_experiment("delta", from_dict({**TINY, "name": "delta"}).to_dict())
+    killed = tmp_path / "delta" / "r000" / f".policy.tmp-{dead}-1-0"
+    live = tmp_path / "delta" / "r001" / f".episodes.parquet.tmp-{os.getpid()}-1-0"
+    elsewhere = tmp_path / "unregistered" / "r001" / f".policy.tmp-{dead}-1-0"
+    for folder in (killed, elsewhere):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    live.parent.mkdir(parents=True)
+    live.write_bytes(b"PAR1")
+    with dg.instance_for_test() as instance:
+        requests, _, cleaned = next_rounds(instance, lineage)
+    assert [r.partition_key for r in requests] == ["delta.r001"]
+    assert not killed.exists() and live.exists() and elsewhere.exists()
+    assert cleaned == [
+        f"removed {killed}: left by a writer that died (no process with pid {dead} is running)"
+    ]
