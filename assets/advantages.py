@@ -6,7 +6,7 @@ import pandas as pd
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, read_artifact, recorded_output
-from creditline.advantages import completion_advantages, compute, params_hash
+from creditline.advantages import completion_advantages, compute, fill_preset, params_hash
 from creditline.store import read_parquet
 from resources import LineageResource, TrackerResource
 
@@ -14,14 +14,20 @@ VERSION = code_version(__name__)
 
 
 def advantage_table(steps: pd.DataFrame, scores: pd.DataFrame, estimator: str, params: dict) -> pd.DataFrame:
-    """Join steps with their scores on (episode_id, step_idx) and compute the estimator once, from the totals."""
-    joined = steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids"]].merge(
+    """Join steps with their scores on (episode_id, step_idx) and compute the estimator once, from the totals.
+
+    An imported round's steps may carry the advantage their source assigned (`preset_advantage`, NaN where
+    none): it is kept, and the estimator fills the rest (verifiers' fill-if-None, `fill_preset`)."""
+    preset = ["preset_advantage"] if "preset_advantage" in steps else []
+    joined = steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset]].merge(
         scores[["episode_id", "step_idx", "rubric_version", "step_reward", "episode_reward"]],
         on=["episode_id", "step_idx"], how="inner", validate="one_to_one",
     )  # fmt: skip
     if len(joined) != len(steps):
         raise ValueError(f"scores cover {len(joined)} of {len(steps)} step rows")
     advantage = compute(estimator, joined, **params)  # (S,)
+    if preset:
+        advantage = fill_preset(joined["preset_advantage"].to_numpy(dtype=float), advantage)
     lengths = joined["completion_ids"].map(len).to_numpy()
     return pd.DataFrame({
         "episode_id": joined["episode_id"], "group_id": joined["group_id"], "step_idx": joined["step_idx"],

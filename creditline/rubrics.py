@@ -24,6 +24,7 @@ beside the old without ambiguity.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -137,6 +138,8 @@ def score(rubric: Rubric | RubricGroup, episodes: pd.DataFrame, steps: pd.DataFr
         columns.update(member_columns)
         step_reward += member_step
         episode_reward += member_episode
+    if "source_components" in episodes:
+        columns.update(source_component_columns(episodes, steps))
     return pd.DataFrame(
         {
             "episode_id": steps["episode_id"].to_numpy(),
@@ -148,6 +151,21 @@ def score(rubric: Rubric | RubricGroup, episodes: pd.DataFrame, steps: pd.DataFr
             **columns,
         }
     )
+
+
+def source_component_columns(episodes: pd.DataFrame, steps: pd.DataFrame) -> dict[str, np.ndarray]:
+    """An imported round's own reward components and metrics (`episodes.source_components`, JSON) as
+    `criterion.source.<name>` columns aligned with `steps`: recorded beside the rubric's criteria, never
+    part of its reward. An episode whose source did not score a component (an error) reads NaN there."""
+    parsed = [json.loads(text) if isinstance(text, str) else {} for text in episodes["source_components"]]
+    names = sorted({name for components in parsed for name in components})
+    step_episode = pd.Index(episodes["episode_id"]).get_indexer(steps["episode_id"])  # (S,)
+    return {
+        f"criterion.source.{name}": np.array([c.get(name, np.nan) for c in parsed], dtype=np.float64)[
+            step_episode
+        ]
+        for name in names
+    }
 
 
 # --- built-in criteria -----------------------------------------------------------------------------

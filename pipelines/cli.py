@@ -61,14 +61,10 @@ def _known_experiment(store: LineageStore, name: str) -> None:
 
 
 def cmd_run(args) -> int:
-    from assets.partitions import ROUNDS, round_key
     from creditline.store.leases import hold_lease
     from creditline.store.rounds import round_commits
-    from pipelines.definitions import ROUND_JOB
     from pipelines.instance import get_instance
-    from pipelines.reaper import close_round_tracking
     from pipelines.rubric_partitions import sync_rubric_partitions
-    from pipelines.sensors import EXPERIMENT_TAG
 
     config = load_config(args.config, name=args.experiment)
     rounds = config.rounds if args.rounds is None else args.rounds
@@ -90,26 +86,38 @@ def cmd_run(args) -> int:
         print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}", flush=True)
         committed = round_commits(store, config.name)  # a commit is never taken back
         for round_ in range(1, rounds + 1):
-            if round_ in committed:
-                continue
-            key = round_key(config.name, round_)
-            if not instance.has_dynamic_partition(ROUNDS.name, key):
-                instance.add_dynamic_partitions(ROUNDS.name, [key])
-            wait_for_pools(instance, args.data_root)
-            start = time.perf_counter()
-            try:
-                result = execute_partition(instance, args.data_root, ROUND_JOB, key,
-                                           tags={EXPERIMENT_TAG: config.name}, debug=args.debug)  # fmt: skip
-            except RoundInterrupted:
-                close_round_tracking(args.data_root, config.name, round_, "KILLED")
-                raise
-            if not result.success:
-                return _round_failed(args, config.name, round_, result)
-            latest = {e.round: e for e in store.evaluations(config.name)}
-            print(f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
-                  f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
-                  f"{time.perf_counter() - start:5.1f} s", flush=True)  # fmt: skip
+            if round_ not in committed and (
+                failed := _run_round(args, instance, store, config.name, round_, rounds)
+            ):
+                return failed
     _print_report(store.evaluations(config.name))
+    return 0
+
+
+def _run_round(args, instance, store, experiment: str, round_: int, rounds: int) -> int:
+    """Execute one round's partition in this process and print its line; 0, or the exit code of a failure."""
+    from assets.partitions import ROUNDS, round_key
+    from pipelines.definitions import ROUND_JOB
+    from pipelines.reaper import close_round_tracking
+    from pipelines.sensors import EXPERIMENT_TAG
+
+    key = round_key(experiment, round_)
+    if not instance.has_dynamic_partition(ROUNDS.name, key):
+        instance.add_dynamic_partitions(ROUNDS.name, [key])
+    wait_for_pools(instance, args.data_root)
+    start = time.perf_counter()
+    try:
+        result = execute_partition(instance, args.data_root, ROUND_JOB, key,
+                                   tags={EXPERIMENT_TAG: experiment}, debug=args.debug)  # fmt: skip
+    except RoundInterrupted:
+        close_round_tracking(args.data_root, experiment, round_, "KILLED")
+        raise
+    if not result.success:
+        return _round_failed(args, experiment, round_, result)
+    latest = {e.round: e for e in store.evaluations(experiment)}
+    print(f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
+          f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
+          f"{time.perf_counter() - start:5.1f} s", flush=True)  # fmt: skip
     return 0
 
 
@@ -421,6 +429,63 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    """Make verifiers' saved rollouts the experiment's next round, then score, train and evaluate it."""
+
+    from creditline.imported_rollouts import SourceError
+    from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint
+    from creditline.store.leases import hold_lease
+    from creditline.store.rounds import round_commits
+    from creditline.verifiers_import import read_source, record_source, source_tables, token_id_problem
+    from pipelines.instance import get_instance
+    from pipelines.rubric_partitions import sync_rubric_partitions
+    from schemas import SCHEMAS, validate
+
+    config = load_config(args.config, name=args.experiment)
+    try:
+        source = read_source(args.path)  # every line checked before anything is stored
+        tables = source_tables(source, config.name, 1)
+    except SourceError as exc:
+        raise UsageError(str(exc)) from None
+    for table in ("episodes", "steps"):
+        validate(SCHEMAS[table], getattr(tables, table), f"{table} of {source.rollouts_file}")
+    store = _store(args.data_root)
+    instance = get_instance(args.data_root)
+    lineage = LineageResource(data_root=args.data_root)
+    with hold_lease(store, config.name):
+        reclaim_dead(instance, args.data_root)
+        refuse_if_in_flight(instance, config.name)
+        store.register_experiment(config.name, registration(config, store.experiment_config(config.name)))
+        sync_rubric_partitions(instance, store)
+        committed = round_commits(store, config.name)
+        round_ = next(r for r in range(1, len(committed) + 2) if r not in committed)
+        if round_ > config.rounds:
+            raise UsageError(f"experiment {config.name!r} has run all {config.rounds} rounds of its config; "
+                             "raise `rounds` in its --config to import another")  # fmt: skip
+        staged = store.artifact(config.name, round_, "source")
+        started = store.artifact(config.name, round_, "steps")
+        if started is not None and staged is None:
+            raise UsageError(f"round {round_} of {config.name!r} has generated rollouts already; "
+                             "finish it with `creditline run` first")  # fmt: skip
+        ensure_initial_policy(store, config, lineage.checkpoint_dir(config.name, 0))
+        parent = parent_checkpoint(store, config.name, round_)
+        vocab = json.loads((Path(parent.path) / "config.json").read_text())["vocab_size"]
+        if problem := token_id_problem(source, vocab):
+            raise UsageError(problem)
+        folder = lineage.round_dir(config.name, round_) / "source"
+        if staged is None or staged.meta.get("files") != source.describe()["files"]:
+            if staged is not None and store.artifact(config.name, round_, "episodes") is not None:
+                raise UsageError(f"round {round_} of {config.name!r} was imported from other files "
+                                 f"({staged.meta.get('files', [{}])[0].get('name')}); finish it with `creditline run`")  # fmt: skip
+            staged = record_source(store, source, folder, config.name, round_)
+        print(f"importing {len(source.rollouts)} {source.format} rollouts from {source.rollouts_file} as "
+              f"{config.name} round {round_} (source {staged.content_hash[:12]})", flush=True)  # fmt: skip
+        failed = _run_round(args, instance, store, config.name, round_, config.rounds)
+    if not failed:
+        _print_report(store.evaluations(config.name))
+    return failed
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="creditline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", default=None, help=f"default: ${DATA_ROOT_ENV} or ./creditline-data")
@@ -465,6 +530,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--scores", default=None, help="a round's scores.parquet: use its step and episode rewards"
     )
     adv.add_argument("--out", required=True)
+    imp = add("import", cmd_import, "make verifiers' saved rollouts the next round of an experiment")
+    imp.add_argument("kind", choices=["verifiers"], help="the format family of the files")
+    imp.add_argument("path", help="a verifiers run folder, or its results.jsonl / traces.jsonl")
+    imp.add_argument("--experiment", default=None, help=f"experiment name (default {DEFAULT_EXPERIMENT})")
+    imp.add_argument(
+        "--config", default=None, help="TOML file: the experiment's rubric, estimator, policy, ..."
+    )
     export = add("export", cmd_export, "a round's per-token advantages for verifiers (PR #941) or prime-rl")
     export.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     export.add_argument("--round", type=int, default=None, help="default: the newest round with advantages")

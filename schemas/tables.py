@@ -30,6 +30,9 @@ class EpisodesTable(pa.DataFrameModel):
     success: Series[bool]
     env_return: Series[float] = pa.Field(nullable=False)
     stop_reason: Series[str] = pa.Field(isin=STOP_REASONS)
+    source_components: Series[str] | None
+    """Imported rounds only: the source rubric's reward components and metrics, a JSON object of
+    name → value (`creditline.imported_rollouts`)."""
 
     class Config:
         strict = True
@@ -56,6 +59,10 @@ class StepsTable(pa.DataFrameModel):
     finish_reason: Series[str] | None = pa.Field(isin=FINISH_REASONS)
     """Why the completion ended: "stop" (EOS) or "length" (cut at max_new_tokens). Absent in rounds
     written before it was recorded."""
+    preset_advantage: Series[float] | None = pa.Field(nullable=True)
+    """Imported rounds only: the advantage the source assigned to the step; NaN where it assigned none."""
+    source_ref: Series[str] | None
+    """Imported rounds only: where the step came from in the source file ("<line>:<step or node>")."""
 
     class Config:
         strict = True
@@ -86,7 +93,12 @@ class ScoresTable(pa.DataFrameModel):
     rubric_version: Series[str]
     step_reward: Series[float]
     episode_reward: Series[float]
-    criterion: Series[float] = pa.Field(alias=r"^criterion\..+$", regex=True)
+    criterion: Series[float] = pa.Field(alias=r"^criterion\.(?!source\.).+$", regex=True)
+    source_criterion: Series[float] | None = pa.Field(
+        alias=r"^criterion\.source\..+$", regex=True, nullable=True
+    )
+    """Imported rounds: the source's own reward components (`rubrics.source_component_columns`); NaN where
+    the source did not score one."""
 
     class Config:
         strict = True

@@ -1,0 +1,199 @@
+"""Rollouts made elsewhere (verifiers' files), turned into the round's episodes and steps tables.
+
+A reader of a foreign format (`verifiers_classic`, `verifiers_v1`) yields `ImportedRollout`s: per rollout
+its group key (the example / task it answered), the reward its own rubric gave, the named components
+of that reward, and one `ImportedStep` per model call with the exact token ids and sampling log-probs
+that were saved (never re-tokenised). `rollout_tables` turns them into the tables a generated round has:
+
+- ids derive from (experiment, round, task, sample), as for a generated round; `task_id` is the
+  example id where every group key is a non-negative integer (verifiers' `example_id`), else the rank of
+  the key in sorted order; `sample_idx` orders a group's rollouts by their content hash, so the line
+  order of the file does not matter and the same rollouts give the same tables;
+- `step_reward[t] = preset_t + (R if t is the last step else 0)`: the rollout's reward arrives at its
+  last step (where our environments put an outcome reward), plus any reward the environment set on
+  step t itself. So `episode_reward = R + Σ_t preset_t` under the built-in "env" rubric, and R exactly
+  when the environment set none;
+- `preset_advantage`: an advantage the source assigned to the step (NaN where it assigned none); the
+  `preset` estimator keeps it and fills the rest (verifiers' fill-if-None);
+- `anchor_key`: the hash of the tokens the step added to the context before sampling (the environment's
+  reply, or the whole first prompt), so GiGPO's anchor groups compare steps that saw the same reply;
+- `source_components`: the reward's named components and metrics as JSON, scored as
+  `criterion.source.<name>` columns (recorded, never part of the reward);
+- `source_ref`: where in the source the step came from, for exporting advantages back into it.
+
+Errors name the file, the line and the field (`SourceError`); a group with one rollout is refused
+(no baseline to compare it with).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from creditline import ids
+from creditline.rollout import RolloutTables
+
+
+class SourceError(ValueError):
+    """A source file that cannot be imported: `<file> line <n>: <field>: <why>`."""
+
+    def __init__(self, where: str, field: str, why: str) -> None:
+        super().__init__(f"{where}: {field}: {why}")
+        self.where, self.field, self.why = where, field, why
+
+
+@dataclass(frozen=True)
+class ImportedStep:
+    """One model call: the context it saw (token ids) and what it sampled."""
+
+    observation: str
+    """The text the step added before sampling (the first prompt, or the environment's reply)."""
+    action: str
+    """The completion's text, tool calls as `name(arguments)` lines after it."""
+    prompt_ids: list[int]
+    new_prompt_ids: list[int]
+    """The suffix of `prompt_ids` this step added (all of it for the first step): the anchor."""
+    completion_ids: list[int]
+    completion_logprobs: list[float]
+    truncated: bool
+    preset_reward: float | None
+    preset_advantage: float | None
+    source_ref: str
+
+
+@dataclass(frozen=True)
+class ImportedRollout:
+    group_key: str
+    rollout_key: str
+    """Unique within the source: a duplicate is refused."""
+    reward: float
+    components: dict[str, float]
+    stop_condition: str | None
+    steps: tuple[ImportedStep, ...]
+    where: str
+    """`<file> line <n>`, for errors."""
+
+    def content_hash(self) -> str:
+        return ids.stable_hash([self.reward, [(s.prompt_ids, s.completion_ids) for s in self.steps]])
+
+
+STEP_LIMIT_CONDITIONS = {"max_turns_reached", "max_turns"}
+CONTEXT_LIMIT_CONDITIONS = {"prompt_too_long", "overlong_prompt"}
+
+
+def rollout_tables(rollouts: Sequence[ImportedRollout], experiment: str, round_: int) -> RolloutTables:
+    """The episodes (E rows) and steps (S rows) tables of imported rollouts; see the module docstring."""
+    groups: dict[str, list[ImportedRollout]] = defaultdict(list)
+    seen: dict[str, str] = {}
+    for rollout in rollouts:
+        if rollout.rollout_key in seen:
+            raise SourceError(rollout.where, "id", f"duplicate rollout id {rollout.rollout_key!r} "
+                              f"(also at {seen[rollout.rollout_key]})")  # fmt: skip
+        seen[rollout.rollout_key] = rollout.where
+        if not rollout.steps:
+            raise SourceError(rollout.where, "trajectory", "the rollout has no model calls")
+        groups[rollout.group_key].append(rollout)
+    if not groups:
+        raise SourceError("the source", "rollouts", "no rollouts found")
+    for key, members in groups.items():
+        if len(members) < 2:
+            raise SourceError(members[0].where, "group", f"task {key!r} has one rollout; step credit needs "
+                              "at least two per task (rollouts_per_example ≥ 2)")  # fmt: skip
+    task_ids = _task_ids(sorted(groups))
+    episode_rows, step_rows = [], []
+    for key in sorted(groups):
+        task = task_ids[key]
+        for sample, rollout in enumerate(sorted(groups[key], key=ImportedRollout.content_hash)):
+            episode = ids.episode_id(experiment, round_, task, sample)
+            common = {"round": round_, "episode_id": episode, "group_id": ids.group_id(experiment, round_, task),
+                      "task_id": task, "sample_idx": sample}  # fmt: skip
+            last = len(rollout.steps) - 1
+            for t, step in enumerate(rollout.steps):
+                step_rows.append({
+                    **common, "step_idx": t, "observation": step.observation, "action": step.action,
+                    "anchor_key": ids.anchor_key(json.dumps(step.new_prompt_ids)),
+                    "prompt_ids": step.prompt_ids, "completion_ids": step.completion_ids,
+                    "completion_logprobs": step.completion_logprobs,
+                    "step_reward": (step.preset_reward or 0.0) + (rollout.reward if t == last else 0.0),
+                    "valid_action": True, "done": t == last, "truncated": step.truncated,
+                    "finish_reason": "length" if step.truncated else "stop",
+                    "preset_advantage": math.nan if step.preset_advantage is None else step.preset_advantage,
+                    "source_ref": step.source_ref,
+                })  # fmt: skip
+            presets = sum(s.preset_reward or 0.0 for s in rollout.steps)
+            episode_rows.append({
+                **common, "num_steps": len(rollout.steps), "success": rollout.reward > 0,
+                "env_return": rollout.reward + presets, "stop_reason": _stop_reason(rollout),
+                "source_components": json.dumps(rollout.components, sort_keys=True),
+            })  # fmt: skip
+    return RolloutTables(episodes=pd.DataFrame(episode_rows), steps=pd.DataFrame(step_rows))
+
+
+def _task_ids(keys: list[str]) -> dict[str, int]:
+    """verifiers' integer example ids where every key is one, else ranks in sorted order."""
+    if all(k.isdigit() for k in keys):
+        return {k: int(k) for k in keys}
+    return {k: i for i, k in enumerate(keys)}
+
+
+def _stop_reason(rollout: ImportedRollout) -> str:
+    if rollout.stop_condition in CONTEXT_LIMIT_CONDITIONS:
+        return "context_limit"
+    if rollout.stop_condition in STEP_LIMIT_CONDITIONS:
+        return "step_limit"
+    return "success" if rollout.reward > 0 else "done"
+
+
+def number(value, where: str, field: str) -> float:
+    """A finite float from a JSON value, or a SourceError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise SourceError(where, field, f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def int_list(value, where: str, field: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in value):  # fmt: skip
+        raise SourceError(where, field, "expected a list of token ids (non-negative integers)")
+    return value
+
+
+def float_list(value, where: str, field: str) -> list[float]:
+    if not isinstance(value, list):
+        raise SourceError(where, field, "expected a list of numbers")
+    return [number(v, where, f"{field}[{i}]") for i, v in enumerate(value)]
+
+
+def read_json_lines(path) -> list[tuple[int, dict]]:
+    """(line number, object) for each non-blank line; a line that is not a JSON object is a SourceError."""
+    lines = []
+    with open(path, encoding="utf-8") as fh:
+        for n, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise SourceError(f"{path} line {n}", "json", f"not valid JSON ({exc.msg} at column {exc.colno}); "
+                                  "a truncated or half-written file?") from None  # fmt: skip
+            if not isinstance(obj, dict):
+                raise SourceError(f"{path} line {n}", "json", f"expected an object, got {type(obj).__name__}")
+            lines.append((n, obj))
+    return lines
+
+
+def message_text(message: dict) -> str:
+    """A chat message as one line of text: `role: content`, tool calls as `name(arguments)`."""
+    content = message.get("content")
+    if isinstance(content, list):  # content parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    text = f"{message.get('role', '?')}: {content or ''}"
+    for call in message.get("tool_calls") or []:
+        function = call.get("function", call)  # OpenAI nests name/arguments; verifiers v1 is flat
+        text += f"\n{function.get('name')}({function.get('arguments')})"
+    return text
