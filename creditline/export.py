@@ -1,6 +1,6 @@
 """A round's per-token advantages in the formats verifiers and prime-rl read (JSON lines).
 
-Two formats, from a round's steps, scores and advantages tables:
+Three formats, from a round's steps, scores and advantages tables:
 
 - `pr941` — verifiers PR #941 ("send step level advantages to prime rl"): one line per rollout, shaped
   like verifiers' saved `RolloutOutput` with its `trajectory` (one `TrajectoryStep` per model call) and
@@ -17,7 +17,12 @@ Two formats, from a round's steps, scores and advantages tables:
   replies between them), `mask` (1 on sampled tokens), `logprobs` and `advantages`, all of that length,
   0 on prompt and environment tokens, as prime-rl's `TrainingSample` does.
 
-Every line also names where it came from (experiment, round, episode id, task, rubric version, estimator),
+- `verifiers-v1` — for a round imported from verifiers' v1 `traces.jsonl`: the imported file itself, each
+  sampled message node given its step's per-token `advantages` (one per sampled token, the layout of its
+  `logprobs`); nodes with no step keep none ("unassigned", not zero). Lines keep the source's order and
+  fields, so verifiers and prime-rl read them as they read their own traces.
+
+Every `pr941` and `prime-rl` line also names where it came from (experiment, round, episode id, task, rubric version, estimator),
 so an exported file can be traced back to its round's lineage.
 """
 
@@ -25,12 +30,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pandas as pd
 
 from creditline.turn_packing import merge_turns
+from creditline.verifiers_v1 import fill_advantages
 
-FORMATS = ("pr941", "prime-rl")
+FORMATS = ("pr941", "prime-rl", "verifiers-v1")
 
 
 def export_lines(
@@ -41,10 +48,19 @@ def export_lines(
     scores: pd.DataFrame,
     advantages: pd.DataFrame,
     temperature: float = 1.0,
+    source: Path | None = None,
 ) -> Iterator[str]:
     """The JSON lines of `format_` for one round (see the module doc): `pr941` in (task, sample) order,
-    `prime-rl` by episode id, then chain."""
+    `prime-rl` by episode id, then chain; `verifiers-v1` in the order of `source`, the round's staged
+    `traces.jsonl`."""
+    if format_ == "verifiers-v1" and (source is None or "source_ref" not in steps):
+        raise ValueError(f"round {round_} was not imported from verifiers v1 traces: nothing to fill")
     rows = _joined(steps, scores, advantages)
+    if format_ == "verifiers-v1":
+        yield from fill_advantages(
+            source, dict(zip(rows["source_ref"], rows["completion_advantages"], strict=True))
+        )
+        return
     if format_ == "pr941":
         records = pr941_records(experiment, round_, rows)
     elif format_ == "prime-rl":

@@ -168,7 +168,7 @@ def fill_advantages(path: Path, per_step: dict[str, list[float]]) -> list[str]:
             if len(values) != sampled:
                 raise SourceError(f"{path} line {n}", f"traces[0].nodes[{node_index}].advantages",
                                   f"{len(values)} advantages for {sampled} sampled tokens")  # fmt: skip
-            node["advantages"] = values
+            node["advantages"] = [float(v) for v in values]
             used.add(ref)
         out.append(json.dumps(filled, ensure_ascii=False))
     if missing := sorted(set(per_step) - used):

@@ -8,6 +8,7 @@
     creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
     creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out OUT.parquet
     creditline export [--experiment NAME] [--round R] --format pr941|prime-rl [--rubric VERSION] --out FILE.jsonl
+    creditline serve --policy FOLDER | --experiment NAME [--round N] [--engine torch|vllm] [--port P]
 
 Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`) and
 `--debug` (tracebacks instead of one-line errors). Expected errors (a bad config, argument or input
@@ -420,8 +421,17 @@ def cmd_export(args) -> int:
                              f"re-scored versions: {', '.join(versions) or 'none'}")  # fmt: skip
         tables[kind] = read_parquet(record.path)
     config = from_dict(store.experiment_config(args.experiment))
+    staged = store.artifact(args.experiment, round_, "source")
+    traces = (
+        Path(staged.path) / "traces.jsonl"
+        if staged is not None and staged.meta.get("format") == "v1"
+        else None
+    )
+    if args.format == "verifiers-v1" and traces is None:
+        raise UsageError(f"--format verifiers-v1: round {round_} was not imported from verifiers v1 traces "
+                         "(`creditline import verifiers .../traces.jsonl`); use pr941 or prime-rl")  # fmt: skip
     lines = export_lines(args.format, args.experiment, round_, tables["steps"], tables[scores_kind],
-                         tables[advantages_kind], config.rollouts.temperature)  # fmt: skip
+                         tables[advantages_kind], config.rollouts.temperature, traces)  # fmt: skip
     text = "".join(line + "\n" for line in lines)
     digest = write_bytes_atomic(text.encode("utf-8"), args.out)
     print(f"wrote {text.count(chr(10))} {args.format} lines of {args.experiment} round {round_} to {args.out} "
@@ -486,6 +496,31 @@ def cmd_import(args) -> int:
     return failed
 
 
+def cmd_serve(args) -> int:
+    """Serve a checkpoint on vLLM's OpenAI-compatible routes (`creditline.serving_http`) until stopped."""
+    from creditline.lineage_chain import served_checkpoint
+    from creditline.serving_http import load_served_policy, serve
+
+    if (args.policy is None) == (args.experiment is None):
+        raise UsageError("give --policy FOLDER, or --experiment NAME [--round N]")
+    if args.policy is not None:
+        folder, name = Path(args.policy), args.policy
+    else:
+        store = _store(args.data_root)
+        _known_experiment(store, args.experiment)
+        record = served_checkpoint(store, args.experiment, args.round)
+        folder, name = Path(record.path), f"{args.experiment}/round-{record.round}"
+    if not (folder / "config.json").is_file():
+        raise UsageError(f"--policy {folder}: not a checkpoint folder (no config.json)")
+    try:
+        serve(
+            load_served_policy(args.engine, folder, args.model_name or name), args.host, args.port, args.seed
+        )
+    except KeyboardInterrupt:  # stopped while loading; once serving, SIGTERM/SIGINT return normally
+        return 130
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="creditline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", default=None, help=f"default: ${DATA_ROOT_ENV} or ./creditline-data")
@@ -540,10 +575,25 @@ def build_parser() -> argparse.ArgumentParser:
     export = add("export", cmd_export, "a round's per-token advantages for verifiers (PR #941) or prime-rl")
     export.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     export.add_argument("--round", type=int, default=None, help="default: the newest round with advantages")
-    export.add_argument("--format", required=True, choices=["pr941", "prime-rl"])
+    export.add_argument("--format", required=True, choices=["pr941", "prime-rl", "verifiers-v1"])
     export.add_argument("--rubric", default=None, help="a rubric name or version the round was re-scored with "
                         "(default: the round's own scores)")  # fmt: skip
     export.add_argument("--out", required=True, help="JSON lines file (written atomically)")
+    serve_ = add("serve", cmd_serve, "serve a checkpoint to OpenAI/vLLM clients (verifiers) over HTTP")
+    serve_.add_argument("--policy", default=None, help="a HF checkpoint folder")
+    serve_.add_argument(
+        "--experiment", default=None, help="serve a round's checkpoint from the lineage store"
+    )
+    serve_.add_argument("--round", type=int, default=None, help="with --experiment: 0 is the initial policy "
+                        "(default: the newest checkpoint)")  # fmt: skip
+    serve_.add_argument("--engine", default="torch", choices=["torch", "vllm"])
+    serve_.add_argument("--host", default="127.0.0.1")
+    serve_.add_argument("--port", type=int, default=8000, help="0: any free port (printed when ready)")
+    serve_.add_argument("--model-name", default=None, help="the name clients ask for (default: --policy as given, "
+                        "or EXPERIMENT/round-N)")  # fmt: skip
+    serve_.add_argument(
+        "--seed", type=int, default=0, help="seeds requests that name no seed, with a counter"
+    )
     return parser
 
 

@@ -1,0 +1,111 @@
+"""`creditline import verifiers` end to end: a round made of verifiers' files, advantages back out, and back in.
+
+Synthetic files in verifiers' shapes (tests/verifiers_files.py), token ids inside the built-in tiny policy's
+vocabulary so the imported round trains. Files written by verifiers itself: test_verifiers_real_files.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from verifiers_files import classic_line, classic_run, v1_run, write_lines
+
+from creditline.store import LineageStore, read_parquet
+from e2e.cli import creditline
+
+pytestmark = pytest.mark.slow
+CONFIG = "tests/tiny_experiment.toml"
+
+
+def per_token(data_root, experiment, round_=1) -> dict[str, list[float]]:
+    """source_ref → the round's per-token advantages."""
+    store = LineageStore(data_root / "lineage.duckdb")
+    steps = read_parquet(store.artifact(experiment, round_, "steps").path)
+    advantages = read_parquet(store.artifact(experiment, round_, "advantages").path)
+    rows = steps.merge(advantages, on=["episode_id", "step_idx"])
+    return {
+        ref: [float(v) for v in values]
+        for ref, values in zip(rows["source_ref"], rows["completion_advantages"], strict=True)
+    }
+
+
+def test_v1_import_export_reimport_gives_the_same_per_token_advantages(tmp_path):
+    data = tmp_path / "data"
+    imported = creditline(
+        data, "import", "verifiers", str(v1_run(tmp_path / "run")), "--experiment", "v1", "--config", CONFIG
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert "importing 4 v1 rollouts" in imported.stdout and "round   1/2" in imported.stdout
+    first = per_token(data, "v1")
+    assert any(v != 0.0 for values in first.values() for v in values)  # task k1 has rewards 1 and 0
+
+    out = tmp_path / "back" / "traces.jsonl"
+    exported = creditline(data, "export", "--experiment", "v1", "--format", "verifiers-v1", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 4
+    for n, line in enumerate(lines, start=1):
+        for index, node in enumerate(line["traces"][0]["nodes"]):
+            assert node.get("advantages") == first.get(f"{n}:{index}")  # sampled nodes filled, others absent
+
+    again = creditline(data, "import", "verifiers", str(out), "--experiment", "v1-again", "--config", CONFIG)
+    assert again.returncode == 0, again.stderr
+    assert per_token(data, "v1-again") == first  # the exported advantages come back as presets, unchanged
+    store = LineageStore(data / "lineage.duckdb")
+    trained = {e: store.artifact(e, 1, "checkpoint").content_hash for e in ("v1", "v1-again")}
+    assert trained["v1"] == trained["v1-again"]  # same tokens, same advantages: the very same checkpoint
+
+    lineage = json.loads(creditline(data, "lineage", "--experiment", "v1", "--json").stdout)
+    # the round-trip experiment trained the very same checkpoint (same tokens, same advantages), so the
+    # lineage of that hash shows both experiments' chains; this one's source is the file it imported
+    (source,) = [
+        a for a in lineage["artifacts"] if a["kind"] == "source" and a.get("experiment", "v1") == "v1"
+    ]
+    assert source["detail"]["format"] == "v1" and source["detail"]["files"][0]["name"] == "traces.jsonl"
+    verify = creditline(data, "verify", "--experiment", "v1")
+    assert verify.returncode == 0 and "0 problem(s)" in verify.stdout, verify.stdout
+
+
+def test_a_bad_line_stores_nothing_and_names_file_line_and_field(tmp_path):
+    data = tmp_path / "data"
+    lines = [classic_line(0, "a", 1.0, [[7, 8]]), classic_line(0, "b", 0.0, [[8]])]
+    lines[1]["trajectory"][0]["tokens"]["completion_logprobs"] = []
+    folder = write_lines(tmp_path / "run" / "results.jsonl", lines).parent
+    bad = creditline(data, "import", "verifiers", str(folder), "--experiment", "bad", "--config", CONFIG)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (f"error: {folder}/results.jsonl line 2: trajectory[0].tokens.completion_logprobs: "
+                                  "0 values for 1 completion tokens")  # fmt: skip
+    assert not (data / "lineage.duckdb").exists() and not (data / "bad").exists()
+
+    foreign = write_lines(tmp_path / "big" / "results.jsonl",
+                          [classic_line(0, "a", 1.0, [[7, 99999]]), classic_line(0, "b", 0.0, [[8]])]).parent  # fmt: skip
+    refused = creditline(data, "import", "verifiers", str(foreign), "--experiment", "big", "--config", CONFIG)
+    assert refused.returncode == 2 and "token id 99999, beyond the policy's vocabulary" in refused.stderr
+    assert LineageStore(data / "lineage.duckdb").artifacts("big") == [
+        a for a in LineageStore(data / "lineage.duckdb").artifacts("big") if a.kind == "checkpoint"
+    ]  # only the initial policy it was checked against
+
+
+def test_a_classic_round_rescores_and_the_next_round_is_generated(tmp_path):
+    data = tmp_path / "data"
+    folder = classic_run(tmp_path / "run")
+    assert (
+        creditline(
+            data, "import", "verifiers", str(folder), "--experiment", "c", "--config", CONFIG
+        ).returncode
+        == 0
+    )
+    store = LineageStore(data / "lineage.duckdb")
+    scores = read_parquet(store.artifact("c", 1, "scores").path)
+    assert {"criterion.source.correct", "criterion.source.num_turns"} <= set(scores.columns)
+    rescored = creditline(
+        data, "rescore", "--experiment", "c", "--rubric", "env-efficient", "--rounds", "1..1"
+    )
+    assert rescored.returncode == 0, rescored.stderr
+    assert store.artifacts("c", 1, "rescore_advantages")
+    again = creditline(data, "import", "verifiers", str(folder), "--experiment", "c", "--config", CONFIG)
+    assert again.returncode == 0 and "as c round 2" in again.stdout  # the next round, same files
+    run = creditline(data, "run", "--experiment", "c", "--config", CONFIG)
+    assert run.returncode == 0, run.stderr  # nothing left: both rounds committed
+    assert {a.round for a in store.artifacts("c", kind="checkpoint")} == {0, 1, 2}
