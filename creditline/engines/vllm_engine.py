@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from creditline.engines.base import Completion, SamplingParams
+from creditline.ids import derive_seed
 
 
 @dataclass(frozen=True)
@@ -101,15 +102,20 @@ class VLLMEngine:
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         if self.asleep:
             raise RuntimeError("VLLMEngine.generate while released: call load(folder) first")
-        sampling = self._vllm.SamplingParams(
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_new_tokens,
-            seed=params.seed,
-            logprobs=0,  # the sampled token's own log-prob
-            stop=list(params.stop) or None,
-            include_stop_str_in_output=True,  # as TorchEngine: the text ends with the stop string
-        )
+        # vLLM seeds each request's own generator: one seed for the batch would give identical prompts (a
+        # group's samples) identical completions, so each row gets its own seed, derived from the call's.
+        sampling = [
+            self._vllm.SamplingParams(
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_new_tokens,
+                seed=derive_seed(params.seed, row),
+                logprobs=0,  # the sampled token's own log-prob
+                stop=list(params.stop) or None,
+                include_stop_str_in_output=True,  # as TorchEngine: the text ends with the stop string
+            )
+            for row in range(len(prompts))
+        ]
         inputs = [self._tokens_prompt(prompt_token_ids=list(p)) for p in prompts]
         outputs = self.llm.generate(inputs, sampling, use_tqdm=False)
         completions = []
