@@ -53,3 +53,18 @@ def verify_checkpoint(record: ArtifactRecord) -> None:
     """Refuse a checkpoint folder that is missing or no longer hashes to what was recorded."""
     if problem := check_on_disk(record):
         raise ParentCheckpointError(problem.detail)
+
+
+def served_checkpoint(store: LineageStore, experiment: str, round_: int | None = None) -> ArtifactRecord:
+    """The checkpoint round `round_` trained (round 0: the initial policy; None: the newest round's),
+    verified against its recorded hash, for serving it."""
+    if round_ is None:
+        round_ = store.latest_round(experiment, kind="checkpoint") or 0
+    record = (
+        store.initial_policy(experiment) if round_ == 0 else store.artifact(experiment, round_, "checkpoint")
+    )
+    if record is None:
+        which = "no initial policy" if round_ == 0 else f"no checkpoint for round {round_}"
+        raise ParentCheckpointError(f"{experiment}: {which} in the lineage store")
+    verify_checkpoint(record)
+    return record
