@@ -65,3 +65,10 @@ lint: install-test
 
 clean:
 	rm -rf $(VENV) creditline-data
+
+# Regenerate tests/data/verifiers/ with verifiers 0.3.1 and 0.4.0 themselves (own venvs) against
+# `creditline serve` (scripts/verifiers/README.md). Not part of `make test`.
+verifiers-data: install
+	scripts/verifiers/make_test_data.sh
+
+.PHONY: verifiers-data
