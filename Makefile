@@ -29,8 +29,17 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 
 # The test extras, and a user's environment package (tests/plugins/countdown) that the plugin tests
 # find through its entry point, as a real user's would be.
-$(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.toml
+$(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.toml .venv-verifiers-0.3/.installed .venv-verifiers-0.4/.installed
 	$(BIN)/pip install -q -c constraints.txt -e '.[test]' -e tests/plugins/countdown
+	touch $@
+
+# verifiers 0.3.1 (classic API) and 0.4.0 (v1) in venvs of their own (their pins are not ours), at the
+# versions the test data was made with (scripts/verifiers/requirements-*.txt): the rounds whose rollouts a
+# verifiers environment plays run in them (tests/e2e/test_verifiers_rollout_source.py).
+.venv-verifiers-%/.installed: scripts/verifiers/requirements-%.txt
+	$(PYTHON) -m venv .venv-verifiers-$*
+	.venv-verifiers-$*/bin/pip install -q --upgrade pip
+	.venv-verifiers-$*/bin/pip install -q -r $<
 	touch $@
 
 install: $(VENV)/.installed

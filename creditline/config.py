@@ -118,6 +118,35 @@ class EvalSettings:
     """Held-out tasks, each played once greedily."""
 
 
+VERIFIERS_APIS = ("classic", "v1")
+OPTIONAL_NAME = (
+    re.compile(r"|[A-Za-z0-9_.:/@-]{1,200}"),
+    "empty, or a name of letters, digits and _ . : / @ -",
+)
+"""The verifiers APIs a round can take its rollouts from (`creditline.verifiers_runners`)."""
+
+
+@dataclass(frozen=True)
+class VerifiersSettings:
+    """A verifiers environment as the source of a round's rollouts (`creditline.verifiers_source`)."""
+
+    env_id: str = field(default="", metadata={"pattern": OPTIONAL_NAME})
+    """Empty: creditline's engine plays `env` (the default). Otherwise the verifiers environment that plays
+    the round's rollouts against the parent checkpoint, served on 127.0.0.1: `vf.load_environment(env_id)`
+    (api "classic") or a v1 taskset id (api "v1"); `rollouts.tasks_per_round` examples, `group_size` each,
+    `temperature` and `max_new_tokens` apply. Evaluation still plays `env`."""
+    api: str = field(default="classic", metadata={"choices": VERIFIERS_APIS})
+    """"classic" (verifiers ≤ 0.3.x: results.jsonl) or "v1" (verifiers ≥ 0.4: traces.jsonl)."""
+    python: str = field(default="", metadata={"pattern": (re.compile(r".*"), "a path")})
+    """The interpreter of a venv with verifiers and the environment installed (e.g.
+    ".venv-verifiers-0.4/bin/python"); it runs `creditline/verifiers_runners/<api>.py`."""
+    env_args: dict[str, Any] = field(default_factory=dict)
+    """classic: keyword arguments of `load_environment`; v1: the `env` table of verifiers' EvalConfig
+    (e.g. `{agent = {runtime = {type = "subprocess"}}}`)."""
+    paths: tuple[str, ...] = field(default=(), metadata={"items": "[0, 16]"})
+    """Folders put first on the runner's `sys.path`: environment modules that are not installed."""
+
+
 @dataclass(frozen=True)
 class ExperimentConfig:
     name: str = field(default="maze-gigpo", metadata={"pattern": NAME_RULE})
@@ -140,6 +169,8 @@ class ExperimentConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
     """A supervised pass on random well-formed actions before round 1 (`creditline.warm_start`); off by default."""
+    verifiers: VerifiersSettings = field(default_factory=VerifiersSettings)
+    """Rollouts from a verifiers environment instead of creditline's engine; off by default."""
 
     def __post_init__(self):
         _, problems = check_config(ExperimentConfig, self.to_dict())

@@ -36,6 +36,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -293,6 +294,7 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
             cls, "advantages.estimator", "advantages.params", adv["estimator"], adv["params"]
         )
         problems += estimator_problems(adv["estimator"], adv["params"], note)
+    problems += verifiers_problems(config.get("verifiers", {}), files=files)
     if {"tasks_per_round", "group_size"} <= rollouts.keys() and "minibatches" in train:
         episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
         if train["minibatches"] > episodes:
@@ -302,6 +304,19 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
                         "the episodes of a round (a minibatch needs at least one)")
             )  # fmt: skip
     return problems
+
+
+def verifiers_problems(verifiers: Mapping[str, Any], *, files: bool) -> list[Problem]:
+    """A verifiers rollout source needs an interpreter (one that exists, when a file is loaded)."""
+    if not verifiers.get("env_id") or "python" not in verifiers:
+        return []
+    python = verifiers["python"]
+    if not python:
+        return [Problem("verifiers.python", python, "is needed with verifiers.env_id: the interpreter of a venv "
+                        "with verifiers installed, e.g. .venv-verifiers-0.4/bin/python")]  # fmt: skip
+    if files and not os.access(Path(python).expanduser(), os.X_OK):
+        return [Problem("verifiers.python", python, "is not an executable file")]
+    return []
 
 
 def initial_policy_problems(value: str, *, files: bool, chat: str | None = None) -> list[Problem]:

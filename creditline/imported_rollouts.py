@@ -192,8 +192,8 @@ def message_text(message: dict) -> str:
     content = message.get("content")
     if isinstance(content, list):  # content parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    text = f"{message.get('role', '?')}: {content or ''}"
+    parts = [content] if content else []
     for call in message.get("tool_calls") or []:
-        function = call.get("function", call)  # OpenAI nests name/arguments; verifiers v1 is flat
-        text += f"\n{function.get('name')}({function.get('arguments')})"
-    return text
+        function = call.get("function", call)  # OpenAI nests name/arguments; verifiers is flat
+        parts.append(f"{function.get('name')}({function.get('arguments')})")
+    return f"{message.get('role', '?')}: " + "\n".join(parts)

@@ -20,10 +20,12 @@ comes from serving with `--engine vllm` or from `vllm serve` itself. Requests wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
@@ -144,3 +146,26 @@ def serve(server: serving.PolicyServer, host: str = "127.0.0.1", port: int = 800
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     print(f"stopped serving {server.model_name}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def serving_in_background(server: serving.PolicyServer, seed: int = 0) -> Iterator[str]:
+    """Serve `server` on a free 127.0.0.1 port from a thread of this process; yield its `/v1` URL, stop on exit.
+
+    For a round whose rollouts a verifiers environment plays (`creditline.verifiers_source`): the policy is
+    loaded once, here, and nothing is left running if the round fails."""
+    config = uvicorn.Config(build_app(server, seed), host="127.0.0.1", port=0, log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=5)  # fmt: skip
+    http = uvicorn.Server(config)
+    thread = threading.Thread(target=http.run, name="creditline-serve", daemon=True)
+    thread.start()
+    while not http.started:
+        if not thread.is_alive():
+            raise RuntimeError("the policy server stopped before it listened")
+        thread.join(0.05)
+    host, port = http.servers[0].sockets[0].getsockname()[:2]
+    try:
+        yield f"http://{host}:{port}/v1"
+    finally:
+        http.should_exit = True
+        thread.join(30)

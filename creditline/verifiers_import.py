@@ -124,11 +124,18 @@ def token_id_problem(source: Source, vocab_size: int) -> str | None:
 
 
 def record_source(
-    store: LineageStore, source: Source, folder: Path, experiment: str, round_: int
+    store: LineageStore,
+    source: Source,
+    folder: Path,
+    experiment: str,
+    round_: int,
+    parents: tuple[tuple[str, str], ...] = (),
+    dagster_run_id: str | None = None,
 ) -> ArtifactRecord:
-    """Stage the source's files as round `round_`'s "source" artifact (a root of lineage)."""
+    """Stage the source's files as round `round_`'s "source" artifact: a root of lineage when imported,
+    `generated_by` the parent checkpoint when a verifiers environment played it (`verifiers_source`)."""
     content_hash = stage_source(source, folder)
     return store.record_artifact(ArtifactRecord(
         experiment=experiment, round=round_, kind="source", path=str(folder), content_hash=content_hash,
-        rows=sum(len(r.steps) for r in source.rollouts), meta=source.describe(),
-    ))  # fmt: skip
+        rows=sum(len(r.steps) for r in source.rollouts), meta=source.describe(), dagster_run_id=dagster_run_id,
+    ), parents)  # fmt: skip

@@ -31,12 +31,8 @@ stop_server() {
 }
 trap 'stop_server; rm -rf "$LOG_DIR"' EXIT
 
-make_venv() {  # folder, pinned requirement
-  if [[ ! -x "$1/bin/python" ]] || ! "$1/bin/python" -c "import verifiers" 2>/dev/null; then
-    echo "== creating $1 ($2)"
-    python3 -m venv "$1"
-    "$1/bin/pip" install --quiet "$2"
-  fi
+make_venv() {  # folder, version: the Makefile's rule (pinned by scripts/verifiers/requirements-VERSION.txt)
+  make -C "$ROOT" --no-print-directory "$1/.installed"
 }
 
 start_server() {  # -> sets SERVER_PID, BASE_URL
@@ -55,8 +51,8 @@ start_server() {  # -> sets SERVER_PID, BASE_URL
   cat "$log"; echo "creditline serve did not become healthy" >&2; exit 1
 }
 
-make_venv .venv-verifiers-0.3 "verifiers==0.3.1"
-make_venv .venv-verifiers-0.4 "verifiers==0.4.0"
+make_venv .venv-verifiers-0.3
+make_venv .venv-verifiers-0.4
 
 if [[ ! -f "$POLICY/config.json" || "${VF_REBUILD_POLICY:-0}" == "1" ]]; then
   echo "== building the policy in $POLICY"

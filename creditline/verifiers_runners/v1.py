@@ -1,0 +1,67 @@
+"""Run a verifiers ≥ 0.4 environment (the v1 API) against an endpoint; write `traces.jsonl`.
+
+Runs with a verifiers venv's interpreter (see `__init__.py` for the command line). `--env-args` is the
+`env` table of verifiers' `EvalConfig` (`{"taskset": {"id": ...}, "agent": {...}}`); `--env-id`, when not
+empty, is the taskset id. N tasks are drawn with `--seed` (`select`), each played G times, one episode at a
+time. The client is verifiers' training client (`TrainClientConfig`): it renders prompts with the served
+policy's own tokenizer and chat template (`--policy`) and calls the endpoint's token route
+(/inference/v1/generate), so every message node carries token ids and log-probs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+API_KEY_VAR = "CREDITLINE_API_KEY"
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    for name in ("--base-url", "--model", "--policy", "--env-id", "--env-args", "--out"):
+        parser.add_argument(name, required=True)
+    for name in ("--num-examples", "--rollouts-per-example", "--max-tokens", "--seed"):
+        parser.add_argument(name, required=True, type=int)
+    parser.add_argument("--temperature", required=True, type=float)
+    parser.add_argument("--path", action="append", default=[])
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
+    sys.path[:0] = args.path
+    from renderers import DefaultRendererConfig
+    from verifiers.v1 import SamplingConfig, TrainClientConfig
+    from verifiers.v1.cli.eval.runner import run_eval
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    os.environ.setdefault(API_KEY_VAR, "EMPTY")
+    env = json.loads(args.env_args)
+    if args.env_id:
+        env.setdefault("taskset", {})["id"] = args.env_id
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory() as scratch:
+        config = EvalConfig(
+            env=env, model=args.model,
+            client=TrainClientConfig(base_url=args.base_url, api_key_var=API_KEY_VAR,
+                                     renderer=DefaultRendererConfig(tool_parser="qwen3"),
+                                     renderer_model_name=str(Path(args.policy).resolve())),
+            sampling=SamplingConfig(temperature=args.temperature, max_tokens=args.max_tokens),
+            select={"shuffle": True, "seed": args.seed, "limit": args.num_examples},
+            num_rollouts=args.rollouts_per_example, max_concurrent=1, rich=None, push=False,
+            output_dir=Path(scratch), run={"name": "creditline"},
+        )  # fmt: skip
+        episodes = asyncio.run(run_eval(config))
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(Path(scratch) / config.run.dir, out, ignore=shutil.ignore_patterns("logs"))
+    print(f"{args.env_id or 'env'}: {len(episodes)} episodes -> {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
