@@ -114,6 +114,9 @@ def _parse_line(obj: dict, where: str) -> dict:
                               f"{len(completion_ids)} completion tokens")  # fmt: skip
         prompt = step.get("prompt") or []
         completion = step.get("completion") or []
+        for name, messages in (("prompt", prompt), ("completion", completion)):
+            if not isinstance(messages, list):
+                raise SourceError(where, f"{at}.{name}", "expected a list of messages")
         seen_messages = 0
         new_ids = prompt_ids
         if previous is not None:

@@ -58,7 +58,12 @@ def read_v1(path: Path) -> list[ImportedRollout]:
 
 
 def _rollout(episode: dict, trace: dict, where: str, line: int) -> ImportedRollout:
-    group = (episode.get("group") or {}).get("id") or (trace.get("task") or {}).get("key")
+    group_info, task = episode.get("group") or {}, trace.get("task") or {}
+    if not isinstance(group_info, dict) or not isinstance(task, dict):
+        raise SourceError(
+            where, "group" if not isinstance(group_info, dict) else "traces[0].task", "expected an object"
+        )
+    group = group_info.get("id") or task.get("key")
     if not group:
         raise SourceError(
             where, "task.key", "missing (and no group.id): cannot tell which rollouts share a task"
@@ -70,6 +75,8 @@ def _rollout(episode: dict, trace: dict, where: str, line: int) -> ImportedRollo
     for name, value in rewards.items():
         if value is None:
             continue
+        if not isinstance(value, dict):
+            raise SourceError(where, f"traces[0].rewards.{name}", "expected an object {score, weight}")
         score = number(value.get("score"), where, f"traces[0].rewards.{name}.score")
         reward += score * number(value.get("weight", 1.0), where, f"traces[0].rewards.{name}.weight")
         components[name] = score
@@ -79,6 +86,10 @@ def _rollout(episode: dict, trace: dict, where: str, line: int) -> ImportedRollo
     nodes = trace.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise SourceError(where, "traces[0].nodes", "missing or empty")
+    if (bad := next((i for i, node in enumerate(nodes) if not isinstance(node, dict)), None)) is not None:
+        raise SourceError(where, f"traces[0].nodes[{bad}]", "expected an object")
+    if not isinstance(trace.get("calls") or [], list):
+        raise SourceError(where, "traces[0].calls", "expected a list")
     calls = [c for c in trace.get("calls") or [] if isinstance(c, dict) and c.get("node") is not None]
     sampled = [c["node"] for c in calls] or [i for i, node in enumerate(nodes) if node.get("sampled")]
     truncated = {c["node"] for c in calls if c.get("finish_reason") == "length"}
@@ -112,7 +123,11 @@ def _step(
     if not token_ids:
         raise SourceError(where, f"{field}.token_ids", "empty: the run was saved without token ids (an "
                           "endpoint that returns them is needed, e.g. vLLM or `creditline serve`)")  # fmt: skip
-    if not isinstance(mask, list) or len(mask) != len(token_ids):
+    if (
+        not isinstance(mask, list)
+        or len(mask) != len(token_ids)
+        or not all(isinstance(m, bool) for m in mask)
+    ):
         raise SourceError(where, f"{field}.mask", f"expected {len(token_ids)} booleans, one per token id")
     sampled = sum(bool(m) for m in mask)
     if sampled == 0 or not all(mask[len(mask) - sampled :]):

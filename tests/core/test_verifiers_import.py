@@ -167,6 +167,18 @@ def _bad_v1(tmp_path, mutate, n=0):
             "finite number",
         ),
         (lambda e: e["traces"].append(e["traces"][0]), "traces", "multi-agent"),
+        (
+            lambda e: e["traces"][0]["nodes"].__setitem__(0, "system"),
+            "traces[0].nodes[0]",
+            "expected an object",
+        ),
+        (
+            lambda e: e["traces"][0]["rewards"].update(correct=1.0),
+            "traces[0].rewards.correct",
+            "expected an object",
+        ),
+        (lambda e: e["traces"][0]["nodes"][2].update(mask=[0, 1]), "traces[0].nodes[2].mask", "booleans"),
+        (lambda e: e["traces"][0]["nodes"][1].update(parent=4), "traces[0].nodes[1].parent", "not a node"),
         (lambda e: e["traces"][0].update(id="t1"), "id", "duplicate rollout id 't1' (also at"),
     ],
 )
@@ -198,6 +210,11 @@ def test_a_bad_v1_line_is_named_by_file_line_and_field(tmp_path, mutate, field, 
             "non-negative",
         ),
         (lambda line: line.update(reward=float("nan")), "reward", "finite number"),
+        (
+            lambda line: line["trajectory"][1].update(prompt="text"),
+            "trajectory[1].prompt",
+            "list of messages",
+        ),
     ],
 )
 def test_a_bad_classic_line_is_named_by_file_line_and_field(tmp_path, mutate, field, why):

@@ -87,7 +87,7 @@ def test_a_bad_line_stores_nothing_and_names_file_line_and_field(tmp_path):
     ]  # only the initial policy it was checked against
 
 
-def test_a_classic_round_rescores_and_the_next_round_is_generated(tmp_path):
+def test_an_imported_classic_round_rescores_and_importing_again_makes_the_next_round(tmp_path):
     data = tmp_path / "data"
     folder = classic_run(tmp_path / "run")
     assert (
@@ -106,6 +106,4 @@ def test_a_classic_round_rescores_and_the_next_round_is_generated(tmp_path):
     assert store.artifacts("c", 1, "rescore_advantages")
     again = creditline(data, "import", "verifiers", str(folder), "--experiment", "c", "--config", CONFIG)
     assert again.returncode == 0 and "as c round 2" in again.stdout  # the next round, same files
-    run = creditline(data, "run", "--experiment", "c", "--config", CONFIG)
-    assert run.returncode == 0, run.stderr  # nothing left: both rounds committed
-    assert {a.round for a in store.artifacts("c", kind="checkpoint")} == {0, 1, 2}
+    assert {a.round for a in store.artifacts("c", kind="checkpoint")} == {0, 1, 2}  # round 2 trained on round 1's
