@@ -11,7 +11,6 @@ prompt as token ids), and `state_columns=["trajectory", "sampling_args"]` keeps 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -20,6 +19,8 @@ import shutil
 import sys
 import zlib
 from pathlib import Path
+
+from runner_args import arguments  # beside this script, on sys.path[0] when it runs
 
 API_KEY_VAR = "CREDITLINE_API_KEY"
 ROLLOUT_KEY = "creditline_rollout"
@@ -42,17 +43,6 @@ def seed_every_call(env, seed: int) -> None:
     env.get_model_response = seeded
 
 
-def arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    for name in ("--base-url", "--model", "--policy", "--env-id", "--env-args", "--out"):
-        parser.add_argument(name, required=True)
-    for name in ("--num-examples", "--rollouts-per-example", "--max-tokens", "--seed"):
-        parser.add_argument(name, required=True, type=int)
-    parser.add_argument("--temperature", required=True, type=float)
-    parser.add_argument("--path", action="append", default=[])
-    return parser.parse_args()
-
-
 async def main() -> None:
     args = arguments()
     sys.path[:0] = args.path
@@ -69,7 +59,9 @@ async def main() -> None:
     for i in chosen:
         for k in range(args.rollouts_per_example):
             row = dict(dataset[i])
-            info = json.loads(row["info"]) if isinstance(row.get("info"), str) else dict(row.get("info") or {})
+            info = (
+                json.loads(row["info"]) if isinstance(row.get("info"), str) else dict(row.get("info") or {})
+            )
             inputs.append({**row, "info": {**info, ROLLOUT_KEY: k}})
     seed_every_call(env, args.seed)
     client = ClientConfig(client_type="openai_chat_completions_token", api_base_url=args.base_url,

@@ -10,7 +10,6 @@ policy's own tokenizer and chat template (`--policy`) and calls the endpoint's t
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -19,18 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from runner_args import arguments  # beside this script, on sys.path[0] when it runs
+
 API_KEY_VAR = "CREDITLINE_API_KEY"
-
-
-def arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    for name in ("--base-url", "--model", "--policy", "--env-id", "--env-args", "--out"):
-        parser.add_argument(name, required=True)
-    for name in ("--num-examples", "--rollouts-per-example", "--max-tokens", "--seed"):
-        parser.add_argument(name, required=True, type=int)
-    parser.add_argument("--temperature", required=True, type=float)
-    parser.add_argument("--path", action="append", default=[])
-    return parser.parse_args()
 
 
 def main() -> None:

@@ -106,4 +106,8 @@ def test_an_imported_classic_round_rescores_and_importing_again_makes_the_next_r
     assert store.artifacts("c", 1, "rescore_advantages")
     again = creditline(data, "import", "verifiers", str(folder), "--experiment", "c", "--config", CONFIG)
     assert again.returncode == 0 and "as c round 2" in again.stdout  # the next round, same files
-    assert {a.round for a in store.artifacts("c", kind="checkpoint")} == {0, 1, 2}  # round 2 trained on round 1's
+    assert {a.round for a in store.artifacts("c", kind="checkpoint")} == {
+        0,
+        1,
+        2,
+    }  # round 2 trained on round 1's
