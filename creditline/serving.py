@@ -35,14 +35,13 @@ seed derived from the server's `--seed` and a request counter. Choice `i` of `n`
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from creditline.engines.base import Completion, Engine
 from creditline.engines.stop_strings import stop_end
-from creditline.ids import derive_seed
+from creditline.ids import derive_seed, stable_hash
 from creditline.serving_requests import (
     RequestError,
     SamplingRequest,
@@ -214,7 +213,7 @@ def chat_completion(
             "token_ids": choice.token_ids if want_ids else None,
         })  # fmt: skip
     return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+        "id": f"chatcmpl-{response_id(request, seed)}", "object": "chat.completion", "created": int(time.time()),
         "model": server.model_name, "choices": choices, "service_tier": None, "system_fingerprint": None,
         "usage": _usage(len(prompt_ids), sum(len(c.token_ids) for c in sampled)), "prompt_logprobs": None,
         "prompt_token_ids": list(prompt_ids) if want_ids else None, "kv_transfer_params": None,
@@ -276,9 +275,15 @@ def completion(server: PolicyServer, request: dict, seed: int) -> dict:
             })  # fmt: skip
             completion_tokens += len(choice.token_ids)
         prompt_tokens += len(prompt_ids)
-    return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+    return {"id": f"cmpl-{response_id(request, seed)}", "object": "text_completion", "created": int(time.time()),
             "model": server.model_name, "choices": choices, "service_tier": None, "system_fingerprint": None,
             "usage": _usage(prompt_tokens, completion_tokens), "kv_transfer_params": None}  # fmt: skip
+
+
+def response_id(request: dict, seed: int) -> str:
+    """A response's id, from the request and the seed it was answered with: the same request sequence
+    gives the same ids (ids derive from their inputs, never drawn at random)."""
+    return stable_hash([request, seed], 32)
 
 
 def generate_tokens(server: PolicyServer, request: dict, seed: int) -> dict:
@@ -311,7 +316,7 @@ def generate_tokens(server: PolicyServer, request: dict, seed: int) -> dict:
         ]  # fmt: skip
         choices.append({"index": index, "logprobs": None if top is None else {"content": content},
                         "finish_reason": choice.finish_reason, "token_ids": choice.token_ids})  # fmt: skip
-    request_id = request.get("request_id") or uuid.uuid4().hex
+    request_id = request.get("request_id") or response_id(request, seed)
     return {"id": f"generate-tokens-{request_id}", "request_id": str(request_id), "created": int(time.time()),
             "model": server.model_name, "choices": choices, "prompt_logprobs": None, "kv_transfer_params": None,
             "usage": _usage(len(prompt_ids), sum(len(c.token_ids) for c in sampled))}  # fmt: skip

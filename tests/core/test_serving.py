@@ -296,3 +296,12 @@ def test_served_checkpoint_resolves_rounds_from_the_lineage_store(tmp_path, poli
     assert served_checkpoint(store, "exp").path == str(policy_dir)
     with pytest.raises(ParentCheckpointError, match="no checkpoint for round 2"):
         served_checkpoint(store, "exp", 2)
+
+
+def test_response_ids_derive_from_the_request_and_its_seed():
+    from creditline.serving import response_id
+
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert response_id(request, 3) == response_id(dict(request), 3)
+    assert response_id(request, 3) != response_id(request, 4)
+    assert response_id(request, 3) != response_id({**request, "seed": 1}, 3)
