@@ -8,39 +8,46 @@ import dagster as dg
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, recorded_output
-from creditline.evaluation import evaluate
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
 from creditline.policy import load_tokenizer
+from creditline.round import evaluate_policy
 from creditline.store import ArtifactRecord, EvaluationRecord, write_bytes_atomic
 from resources import EngineResource, LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
 
 
-def _evaluate_policy(context, lineage, engine, config, policy: ArtifactRecord, round_: int) -> ArtifactRecord:
-    """Evaluate one checkpoint, write its episode table, record its summary; returns the table's record."""
+def _evaluate_policy(
+    context, lineage, engine, config, policy: ArtifactRecord, round_: int
+) -> tuple[ArtifactRecord, list[EvaluationRecord]]:
+    """Evaluate one checkpoint, write its episode table, record its summary; returns the table's record and
+    the experiment's evaluations up to this round (the learning curve so far)."""
     parents = [(policy.content_hash, "evaluates")]
-    record = recorded_output(lineage, config.name, round_, "evaluation", parents)
-    if record is not None and any(e.round == round_ and e.policy_hash == policy.content_hash
-                                  for e in lineage.store().evaluations(config.name)):  # fmt: skip
-        return record  # an earlier attempt got this far
+    store = lineage.store()
+    with store.session():
+        record = recorded_output(lineage, config.name, round_, "evaluation", parents)
+        history = [e for e in store.evaluations(config.name) if e.round <= round_]
+        if record is not None and any(e.round == round_ and e.policy_hash == policy.content_hash
+                                      for e in history):  # fmt: skip
+            return record, history  # an earlier attempt got this far
     verify_checkpoint(policy)
-    episodes, summary = evaluate(
-        engine.load(policy.path, config.rollouts), load_tokenizer(policy.path),
-        config.env.build, config.name, round_,
-        config.eval.num_tasks, config.rollouts.max_new_tokens, config.rollouts.prompt_format,
-        config.rollouts.stop,
-    )  # fmt: skip
+    episodes, summary = evaluate_policy(
+        engine.load(policy.path, config.rollouts, policy.content_hash),
+        load_tokenizer(policy.path),
+        config,
+        round_,
+    )
     table = episodes[["episode_id", "task_id", "num_steps", "success", "env_return", "stop_reason"]].assign(
         policy_round=round_
     )
-    record = persist_table(context, lineage, table, table="evaluation", experiment=config.name, round_=round_,
-                           parents=parents, meta=vars(summary))  # fmt: skip
-    lineage.store().record_evaluation(
-        EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary))
-    )
-    return record
+    with store.session():
+        record = persist_table(context, lineage, table, table="evaluation", experiment=config.name,
+                               round_=round_, parents=parents, meta=vars(summary))  # fmt: skip
+        evaluation = store.record_evaluation(
+            EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary))
+        )
+    return record, [*(e for e in history if e.round != round_), evaluation]
 
 
 @dg.asset(
@@ -65,8 +72,7 @@ def evaluation(
     policy = store.artifact(experiment, round_, "checkpoint")
     if policy is None:
         raise FileNotFoundError(f"{experiment} round {round_}: no checkpoint recorded")
-    record = _evaluate_policy(context, lineage, engine, config, policy, round_)
-    history = [e for e in store.evaluations(experiment) if e.round <= round_]
+    record, history = _evaluate_policy(context, lineage, engine, config, policy, round_)
     png = success_by_round([e.round for e in history], [e.success_rate for e in history],
                            [e.mean_return for e in history], f"{experiment}: held-out evaluation")  # fmt: skip
     plot_path = Path(record.path).with_name("success_by_round.png")
@@ -74,9 +80,18 @@ def evaluation(
     summary = dict(record.meta)
     baseline = history[0].success_rate
     metrics = {k: summary[k] for k in ("success_rate", "mean_return", "mean_steps", "invalid_action_rate")}
-    log_round(
-        context, lineage, tracker, config, "evaluation", VERSION, record, metrics, artifacts=[str(plot_path)]
-    )
+    with store.session():
+        log_round(
+            context,
+            lineage,
+            tracker,
+            config,
+            "evaluation",
+            VERSION,
+            record,
+            metrics,
+            artifacts=[str(plot_path)],
+        )
     return materialized(
         record, success_rate=summary["success_rate"], mean_return=summary["mean_return"],
         invalid_action_rate=summary["invalid_action_rate"], success_gain_over_initial=summary["success_rate"] - baseline,

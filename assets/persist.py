@@ -17,13 +17,16 @@ from schemas import SCHEMAS, validate
 
 
 def read_artifact(lineage: LineageResource, experiment: str, round_: int, kind: str, variant: str = ""):
-    """A recorded table, re-hashed before use: a file changed since it was recorded is refused."""
+    """A recorded table, checked before use: a file changed since it was recorded is refused.
+
+    The quick check (`check_on_disk(quick=True)`): a file with the size and mtime recorded with it is trusted
+    (its blocking check re-hashed it after it was written); any other is re-hashed."""
     record = lineage.store().artifact(experiment, round_, kind, variant)
     if record is None:
         raise FileNotFoundError(
             f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
         )
-    if problem := check_on_disk(record):
+    if problem := check_on_disk(record, quick=True):
         raise ValueError(problem.detail)
     return read_parquet(record.path), record
 

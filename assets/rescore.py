@@ -12,12 +12,12 @@ re-score fails with one line if run again, since the code that defined it is gon
 import dagster as dg
 import pandas as pd
 
-from assets.advantages import advantage_table
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, read_artifact
 from creditline.advantages import params_hash
 from creditline.rescore import compare_rescoring
+from creditline.round import step_advantages
 from creditline.rubrics import rubric_by_version
 from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource
@@ -72,7 +72,7 @@ def rescored_advantages(
     trained_scores, _ = read_artifact(lineage, experiment, round_, "scores")
     trained_advantages, trained_record = read_artifact(lineage, experiment, round_, "advantages")
     settings = config.advantages
-    frame = advantage_table(steps, rescored, settings.estimator, settings.params)
+    frame = step_advantages(steps, rescored, settings)
     record = persist_table(
         context, lineage, frame, table="advantages", kind="rescore_advantages", variant=version,
         experiment=experiment, round_=round_,

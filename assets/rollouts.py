@@ -16,9 +16,8 @@ from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, recorded_output
 from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint, verify_checkpoint
 from creditline.policy import load_tokenizer
-from creditline.rollout import run_episodes
+from creditline.round import generate_rollouts
 from creditline.store import read_parquet
-from creditline.tasks import training_task_ids
 from creditline.verifiers_import import read_source, record_source, source_tables
 from creditline.verifiers_source import play_with_verifiers
 from resources import EngineResource, LineageResource, TrackerResource
@@ -54,46 +53,34 @@ def rollouts(
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
     store = lineage.store()
-    ensure_initial_policy(store, config, lineage.checkpoint_dir(experiment, 0))
-    parent = parent_checkpoint(store, experiment, round_)
-    source = store.artifact(experiment, round_, "source")
+    with store.session():  # the lineage reads: one connection
+        ensure_initial_policy(store, config, lineage.checkpoint_dir(experiment, 0))
+        parent = parent_checkpoint(store, experiment, round_)
+        source = store.artifact(experiment, round_, "source")
     if source is None and config.verifiers.env_id:  # a verifiers environment plays the round
         with tempfile.TemporaryDirectory() as scratch:
             run = play_with_verifiers(config, round_, parent.path, Path(scratch) / "run")
             source = record_source(store, read_source(run), lineage.round_dir(experiment, round_) / "source",
                                    experiment, round_, ((parent.content_hash, "generated_by"),), context.run_id)  # fmt: skip
     if source is not None:
-        verify_checkpoint(source)  # the staged files still hash to what was recorded
+        verify_checkpoint(source)  # the staged files are still those recorded
     generated_by = (
         [(parent.content_hash, "generated_by")]
         if source is None
         else [(source.content_hash, "imported_from")]
     )
-    common = dict(experiment=experiment, round_=round_, parents=generated_by)
-    episodes = recorded_output(lineage, experiment, round_, "episodes", generated_by)
-    steps = recorded_output(lineage, experiment, round_, "steps", generated_by)
+    with store.session():
+        episodes = recorded_output(lineage, experiment, round_, "episodes", generated_by)
+        steps = recorded_output(lineage, experiment, round_, "steps", generated_by)
     if episodes is not None and steps is not None:  # an earlier attempt got this far
         episode_table, step_table = read_parquet(episodes.path), read_parquet(steps.path)
-    elif source is not None:
-        tables = source_tables(read_source(source.path), experiment, round_)
-        episode_table, step_table = tables.episodes, tables.steps
-        episodes = persist_table(context, lineage, episode_table, table="episodes", **common)
-        steps = persist_table(context, lineage, step_table, table="steps",
-                              meta={"parent_checkpoint": parent.content_hash,
-                                    "imported": source.meta.get("format")}, **common)  # fmt: skip
     else:
-        settings = config.rollouts
-        tables = run_episodes(
-            engine.load(parent.path, settings), load_tokenizer(parent.path),
-            config.env.build, experiment, round_,
-            training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
-            settings.sampling(config.seed),
-            settings.prompt_format,
-        )  # fmt: skip
+        if source is not None:
+            tables = source_tables(read_source(source.path), experiment, round_)
+        else:
+            tables = generate_rollouts(engine.load(parent.path, config.rollouts, parent.content_hash), load_tokenizer(parent.path),
+                                       config, round_)  # fmt: skip
         episode_table, step_table = tables.episodes, tables.steps
-        episodes = persist_table(context, lineage, episode_table, table="episodes", **common)
-        steps = persist_table(context, lineage, step_table, table="steps",
-                              meta={"parent_checkpoint": parent.content_hash}, **common)  # fmt: skip
     metrics = {
         "success_rate": float(episode_table["success"].mean()),
         "env_return": float(episode_table["env_return"].mean()),
@@ -101,7 +88,14 @@ def rollouts(
         "steps_per_episode": float(episode_table["num_steps"].mean()),
         "truncated_completion_rate": _truncated_completions(step_table),
     }
-    log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
+    with store.session():  # the records: one connection
+        if steps is None or episodes is None:  # else an earlier attempt got this far
+            imported = {} if source is None else {"imported": source.meta.get("format")}
+            common = dict(experiment=experiment, round_=round_, parents=generated_by)
+            episodes = persist_table(context, lineage, episode_table, table="episodes", **common)
+            steps = persist_table(context, lineage, step_table, table="steps",
+                                  meta={"parent_checkpoint": parent.content_hash, **imported}, **common)  # fmt: skip
+        log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
     context.log.info(
         f"{experiment} round {round_}: {len(episode_table)} episodes, {len(step_table)} steps, "
         f"success {metrics['success_rate']:.3f}, "

@@ -1,19 +1,37 @@
-"""Learning benchmark: rounds to +0.30 held-out success, GiGPO vs GRPO, on the default experiment.
+"""The learning table: does step-level credit pay off? Every estimator, several seeds, four tasks, equal budget.
 
-Runs the same core calls as the round assets (rollouts → rubric → advantages → clipped PG update →
-greedy evaluation), without Dagster, DuckDB or MLflow, so it measures learning and the core loop's
-speed alone. For each seed and estimator it prints the first round whose held-out success exceeds the
-initial policy's by 0.30, the success at the last round, and seconds per round; then a side-by-side
-summary (GiGPO's rounds to threshold against GRPO's).
+Each run is the round `make run` runs — the stage functions of `creditline.round` (generate, score,
+advantages, train, evaluate), without Dagster, DuckDB or MLflow — from the same initial policy, for the
+same number of rounds, tasks per round and samples per task: every estimator gets the same rollout budget
+(episodes; the sampled tokens are counted too, since episodes differ in length). Held-out greedy success is
+measured before round 1 and after every round.
 
-    .venv/bin/python bench/learning.py [--seeds 0 1 2] [--rounds 20] [--eval-tasks 100]
-    .venv/bin/python bench/learning.py --config examples/chat-maze.toml --seeds 0   # that experiment's estimator
-    .venv/bin/python bench/learning.py --config examples/chat-maze.toml --seeds 0 --plot docs/chat-maze.png
+Tasks (`TASKS`):
+    shaped-maze   the default experiment: 5×5 key-and-door maze, progress shaping 0.1 (per-step signal)
+    sparse-maze   the same maze, success reward only (the case step-level credit is meant for)
+    long-maze     7×7, 28 steps, shaped: a longer horizon, where more states recur across a group
+    single-turn   arithmetic, one step per episode: every estimator's groups are the trajectory groups,
+                  so step-level grouping should change nothing (the control)
+
+Output in `--out` (default bench/results/): `learning.md` (per task and estimator: final success mean ± 95 %
+CI over seeds, rounds to +0.30 over the initial policy, wall time, episodes and tokens used), `learning.png`
+(success by round, mean and 95 % CI band per estimator, a panel per task) and `runs/*.json`, one file per
+(task, estimator, seed) run: a finished run is not repeated when the command is run again (delete its file
+to redo it), so the table can be filled over several sittings.
+
+    .venv/bin/python bench/learning.py                       # the full table (hours on 2 CPU cores)
+    .venv/bin/python bench/learning.py --tasks sparse-maze --estimators grpo gigpo --seeds 0 1 2 3 4
+    .venv/bin/python bench/learning.py --quick --out /tmp/learning   # a smoke run (the test suite's)
+    .venv/bin/python bench/learning.py --config examples/chat-maze.toml --estimators gigpo --seeds 0
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import math
+import statistics
 import sys
 import tempfile
 import time
@@ -22,104 +40,176 @@ from pathlib import Path
 
 import torch
 
-from assets.advantages import advantage_table
-from creditline.config import AdvantageSettings, ExperimentConfig, load_config
-from creditline.engines import TorchEngine
-from creditline.evaluation import evaluate
-from creditline.initial_policy import build_initial_policy
-from creditline.plots import success_by_round
-from creditline.policy import load_policy
-from creditline.policy_update import training_rows, update_policy
-from creditline.rollout import run_episodes
-from creditline.rubrics import get_rubric
-from creditline.tasks import training_task_ids
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ESTIMATORS = {
-    "gigpo": AdvantageSettings(),
-    "grpo": AdvantageSettings("grpo", {"norm_by_std": True}),
+from creditline.advantages import available  # noqa: E402
+from creditline.config import AdvantageSettings, ExperimentConfig, from_dict, load_config  # noqa: E402
+from creditline.engines import TorchEngine  # noqa: E402
+from creditline.initial_policy import build_initial_policy  # noqa: E402
+from creditline.policy import load_policy  # noqa: E402
+from creditline.round import (  # noqa: E402
+    evaluate_policy,
+    generate_rollouts,
+    score_rollouts,
+    step_advantages,
+    train_policy,
+)
+from creditline.store import config_hash  # noqa: E402
+
+DEFAULT = ExperimentConfig().to_dict()
+MAZE = DEFAULT["env"]["params"]
+TASKS: dict[str, dict] = {
+    "shaped-maze": {"rounds": 15},
+    "sparse-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}},
+    "long-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "size": 7, "max_steps": 28}}},
+    "single-turn": {"rounds": 15, "env": {"name": "arithmetic", "params": {"max_operand": 4}}},
 }
+"""Each task's overrides of the default experiment (the default's own `rounds` is the most a config allows)."""
+ESTIMATOR_PARAMS: dict[str, dict] = {"grpo": {"norm_by_std": True}}
+"""Parameters other than an estimator's defaults (GRPO as published: normalised by the group's std)."""
+QUICK = {"rounds": 2, "rollouts": {"tasks_per_round": 4, "group_size": 4}, "eval": {"num_tasks": 8}}
+THRESHOLD = 0.30
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+"""Student's t quantile 0.975 by degrees of freedom (1.96 beyond): the 95 % CI over seeds."""
 
 
-def run(config: ExperimentConfig, rounds: int, eval_tasks: int) -> dict:
+def task_config(
+    task: str, estimator: str, seed: int, quick: bool, base: dict | None = None
+) -> ExperimentConfig:
+    """The experiment a run plays: the default (or `base`, a user's config) with the task's overrides, the
+    estimator and the seed."""
+    base = base or DEFAULT
+    overrides = dict(TASKS.get(task, {}))
+    if quick:
+        overrides = {**overrides, **QUICK}
+    merged = {**base, **overrides, "name": f"bench-{task}-{estimator}".replace("_", "-"), "seed": seed}
+    merged["rollouts"] = {**base["rollouts"], **overrides.get("rollouts", {})}
+    merged["eval"] = {**base["eval"], **overrides.get("eval", {})}
+    config = from_dict(merged)
+    return replace(config, advantages=AdvantageSettings(estimator, ESTIMATOR_PARAMS.get(estimator, {})))
+
+
+def run(config: ExperimentConfig) -> dict:
+    """One run: held-out success before round 1 and after each round, wall time, episodes and tokens sampled."""
     folder, _ = build_initial_policy(config, Path(tempfile.mkdtemp()) / "policy")
     model, tokenizer = load_policy(folder)
     engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer=tokenizer)
-    settings = config.rollouts
-    rubric = get_rubric(config.rubric)
-
-    returns: list[float] = []
-
-    def held_out(round_: int) -> float:
-        summary = evaluate(engine, tokenizer, config.env.build, config.name, round_, eval_tasks,
-                           settings.max_new_tokens, settings.prompt_format, settings.stop)[1]  # fmt: skip
-        returns.append(summary.mean_return)
-        return summary.success_rate
-
-    initial, curve, optimizer_state = held_out(0), [], None
+    success = [evaluate_policy(engine, tokenizer, config, 0)[1].success_rate]
+    optimizer_state, episodes, tokens = None, 0, 0
     start = time.perf_counter()
-    for round_ in range(1, rounds + 1):
-        tables = run_episodes(
-            engine, tokenizer, config.env.build, config.name, round_,
-            training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
-            settings.sampling(config.seed),
-            settings.prompt_format,
-        )  # fmt: skip
-        scores = rubric.score(tables.episodes, tables.steps)
-        advantages = advantage_table(
-            tables.steps, scores, config.advantages.estimator, config.advantages.params
-        )
-        _, optimizer_state = update_policy(model, tokenizer.pad_token_id, training_rows(tables.steps, advantages),
-                                           config, round_, optimizer_state, reference_policy=folder)  # fmt: skip
-        curve.append(held_out(round_))
-        print(f"  {config.name} seed {config.seed} round {round_}: held-out success {curve[-1]:.2f} "
-              f"(initial {initial:.2f}), train success {tables.episodes['success'].mean():.2f}, "
-              f"valid {tables.steps['valid_action'].mean():.2f}, {time.perf_counter() - start:.0f} s",
-              file=sys.stderr, flush=True)  # fmt: skip
-    seconds = (time.perf_counter() - start) / rounds
-    first = next((i + 1 for i, s in enumerate(curve) if s >= initial + 0.30), None)
-    return {"initial": initial, "curve": curve, "first": first, "seconds": seconds, "returns": returns}
+    for round_ in range(1, config.rounds + 1):
+        tables = generate_rollouts(engine, tokenizer, config, round_)
+        scores = score_rollouts(config, tables.episodes, tables.steps)
+        advantages = step_advantages(tables.steps, scores, config.advantages)
+        _, optimizer_state = train_policy(model, tokenizer, tables.steps, advantages, config, round_,
+                                          optimizer_state, reference_policy=folder)  # fmt: skip
+        success.append(evaluate_policy(engine, tokenizer, config, round_)[1].success_rate)
+        episodes += len(tables.episodes)
+        tokens += int(tables.steps["completion_ids"].map(len).sum())
+        print(f"  {config.name} seed {config.seed} round {round_}: held-out success {success[-1]:.2f} "
+              f"(initial {success[0]:.2f}), train success {tables.episodes['success'].mean():.2f}, "
+              f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+    return {
+        "success": success,
+        "seconds": time.perf_counter() - start,
+        "episodes": episodes,
+        "tokens": tokens,
+    }
+
+
+def rounds_to_threshold(success: list[float]) -> int | None:
+    """The first round whose held-out success is at least the initial policy's + 0.30 (None: never)."""
+    return next((r for r, s in enumerate(success) if r > 0 and s >= success[0] + THRESHOLD), None)
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % t-interval (0 for one value)."""
+    if len(values) < 2:
+        return (values[0] if values else math.nan), 0.0
+    t = T_975.get(len(values) - 1, 1.96)
+    return statistics.mean(values), t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def table(results: dict[tuple[str, str, int], dict]) -> str:
+    """The Markdown learning table (one row per task and estimator)."""
+    lines = ["| task | estimator | seeds | final success (95 % CI) | rounds to +0.30 | s / run | episodes | tokens |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for task in dict.fromkeys(k[0] for k in results):
+        for estimator in dict.fromkeys(k[1] for k in results if k[0] == task):
+            runs = [v for k, v in sorted(results.items()) if k[:2] == (task, estimator)]
+            final, ci = mean_ci([r["success"][-1] for r in runs])
+            reached = [n for r in runs if (n := rounds_to_threshold(r["success"])) is not None]
+            to_threshold = (f"{statistics.median(reached):g} ({len(reached)}/{len(runs)} seeds)" if reached
+                            else f"not reached (0/{len(runs)})")  # fmt: skip
+            lines.append(f"| {task} | {estimator} | {len(runs)} | {final:.2f} ± {ci:.2f} | {to_threshold} | "
+                         f"{statistics.mean(r['seconds'] for r in runs):.0f} | {runs[0]['episodes']} | "
+                         f"{statistics.mean(r['tokens'] for r in runs):.0f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[tuple[str, str, int], dict]) -> bytes:
+    """PNG: held-out success by round, mean and 95 % CI band per estimator, a panel per task."""
+    from creditline.plots import plt
+
+    tasks = list(dict.fromkeys(k[0] for k in results))
+    figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), dpi=100, squeeze=False)
+    for axis, task in zip(axes[0], tasks, strict=True):
+        for estimator in dict.fromkeys(k[1] for k in results if k[0] == task):
+            curves = [v["success"] for k, v in sorted(results.items()) if k[:2] == (task, estimator)]
+            by_round = [mean_ci([c[r] for c in curves]) for r in range(min(map(len, curves)))]
+            mean = [m for m, _ in by_round]
+            axis.plot(range(len(mean)), mean, label=estimator, linewidth=1.4)
+            axis.fill_between(
+                range(len(mean)), [m - h for m, h in by_round], [m + h for m, h in by_round], alpha=0.15
+            )
+        axis.set_title(f"{task} ({len(curves)} seeds)", fontsize=9)
+        axis.set_xlabel("round (0 = initial policy)", fontsize=8)
+        axis.set_ylim(-0.02, 1.02)
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out success", fontsize=8)
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(figure)
+    return buffer.getvalue()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--eval-tasks", type=int, default=100)
-    parser.add_argument("--config", help="an experiment TOML (default: the default experiment)")
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--estimators", nargs="+", choices=available(), default=available())
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument(
-        "--threads", type=int, default=2, help="torch CPU threads (1 to run two benches side by side)"
+        "--quick", action="store_true", help="2 rounds of 4 tasks × 4 samples, 1 seed: a smoke run"
     )
-    parser.add_argument(
-        "--plot", type=Path, help="write each run's held-out curve as PNG: PLOT-<estimator>-s<seed>.png"
-    )
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--config", type=Path, help="an experiment TOML: its own task, named after the file")
     args = parser.parse_args()
+    bases = {args.config.stem: load_config(args.config).to_dict()} if args.config else {}
+    tasks = list(bases) if args.config else args.tasks
     torch.set_num_threads(args.threads)
-    base = load_config(args.config) if args.config else ExperimentConfig()
-    estimators = {base.advantages.estimator: base.advantages} if args.config else ESTIMATORS
-    results: dict[tuple[str, int], dict] = {}
-    print(f"{'estimator':<8} {'seed':>4} {'initial':>7} {'≥+0.30 at':>9} {'last':>5} {'s/round':>7}  curve")
-    for seed in args.seeds:
-        for name, advantages in estimators.items():
-            config = replace(base, name=f"bench-{name}", seed=seed, advantages=advantages)
-            result = results[(name, seed)] = run(config, args.rounds, args.eval_tasks)
-            curve = " ".join(f"{s:.2f}" for s in result["curve"])
-            print(f"{name:<8} {seed:>4} {result['initial']:>7.2f} {str(result['first']):>9} "
-                  f"{result['curve'][-1]:>5.2f} {result['seconds']:>7.1f}  {curve}", flush=True)  # fmt: skip
-            if args.plot:
-                png = args.plot.with_name(f"{args.plot.stem}-{name}-s{seed}.png")
-                png.write_bytes(success_by_round(list(range(args.rounds + 1)), [result["initial"], *result["curve"]],
-                                                 result["returns"], f"{base.name}: {name}, seed {seed}, held-out"))  # fmt: skip
-            if args.plot:
-                png = args.plot.with_name(f"{args.plot.stem}-{name}-s{seed}.png")
-                png.write_bytes(success_by_round(list(range(args.rounds + 1)), [result["initial"], *result["curve"]],
-                                                 result["returns"], f"{base.name}: {name}, seed {seed}, held-out"))  # fmt: skip
-    print("\nrounds to +0.30 (None = not within the run):")
-    if estimators is not ESTIMATORS:
-        return
-    for seed in args.seeds:
-        gigpo, grpo = results[("gigpo", seed)]["first"], results[("grpo", seed)]["first"]
-        ratio = f"{grpo / gigpo:.2f}×" if gigpo and grpo else "n/a"
-        print(f"  seed {seed}: gigpo {gigpo}, grpo {grpo}  (grpo/gigpo = {ratio})")
+    seeds = args.seeds[:1] if args.quick else args.seeds
+    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    results: dict[tuple[str, str, int], dict] = {}
+    for task in tasks:
+        for seed in seeds:
+            for estimator in args.estimators:
+                config = task_config(task, estimator, seed, args.quick, bases.get(task))
+                saved = args.out / "runs" / f"{task}-{estimator}-s{seed}.json"
+                digest = config_hash(config.to_dict())
+                if saved.exists() and (old := json.loads(saved.read_text()))["config_hash"] == digest:
+                    results[(task, estimator, seed)] = old
+                    continue
+                result = results[(task, estimator, seed)] = {"config_hash": digest, **run(config)}
+                saved.write_text(json.dumps(result, indent=1) + "\n")
+                print(f"{task:<12} {estimator:<22} seed {seed}: success {result['success'][0]:.2f} → "
+                      f"{result['success'][-1]:.2f}, {result['seconds']:.0f} s", flush=True)  # fmt: skip
+    markdown = table(results)
+    (args.out / "learning.md").write_text(markdown)
+    (args.out / "learning.png").write_bytes(plot(results))
+    print("\n" + markdown + f"\nwritten: {args.out / 'learning.md'}, {args.out / 'learning.png'}")
 
 
 if __name__ == "__main__":

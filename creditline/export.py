@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from creditline.round import join_on_step, with_token_advantages
 from creditline.turn_packing import merge_turns
 from creditline.verifiers_v1 import fill_advantages
 
@@ -73,15 +74,11 @@ def export_lines(
 
 def _joined(steps: pd.DataFrame, scores: pd.DataFrame, advantages: pd.DataFrame) -> pd.DataFrame:
     """steps ⋈ scores ⋈ advantages on (episode_id, step_idx), one row per step, in play order."""
-    keys = ["episode_id", "step_idx"]
-    rows = steps.drop(columns=["step_reward"]).merge(
-        scores[[*keys, "step_reward", "episode_reward", "rubric_version"]], on=keys, validate="one_to_one"
+    rows = join_on_step(steps.drop(columns=["step_reward"]), scores,
+                        ["step_reward", "episode_reward", "rubric_version"], "the round's scores")  # fmt: skip
+    rows = with_token_advantages(
+        join_on_step(rows, advantages, ["advantage", "estimator"], "the round's advantages")
     )
-    rows = rows.merge(
-        advantages[[*keys, "advantage", "completion_advantages", "estimator"]], on=keys, validate="one_to_one"
-    )
-    if len(rows) != len(steps):
-        raise ValueError(f"the round's scores or advantages cover {len(rows)} of its {len(steps)} steps")
     return rows.sort_values(["task_id", "sample_idx", "step_idx"], kind="stable").reset_index(drop=True)
 
 

@@ -1,7 +1,7 @@
 """One round's policy update: the parent policy trained on the round's step rows and their advantages.
 
-The `checkpoint` asset and `bench/learning.py` both call `update_policy`, so the benchmark measures the
-update the pipeline runs. A multi-turn chat episode is trained as one row (`creditline.turn_packing`). The
+The round's training stage (`creditline.round.train_policy`, which the `checkpoint` asset and the benchmarks
+call) runs `update_policy`. A multi-turn chat episode is trained as one row (`creditline.turn_packing`). The
 sampling temperature and top-p of the round's rollouts are the trainer's
 (ρ compares like with like) and the minibatch order is seeded from (seed, round, "train").
 """
@@ -21,12 +21,6 @@ from creditline.trainer import pack, score, train
 from creditline.turn_packing import merge_turns
 
 
-def training_rows(steps: pd.DataFrame, advantages: pd.DataFrame) -> pd.DataFrame:
-    """The step rows with their `completion_advantages` (one advantage row per step row)."""
-    return steps.merge(advantages[["episode_id", "step_idx", "completion_advantages"]],
-                       on=["episode_id", "step_idx"], validate="one_to_one")  # fmt: skip
-
-
 def update_policy(
     model: torch.nn.Module,
     pad_token_id: int,
@@ -36,7 +30,7 @@ def update_policy(
     optimizer_state: dict | None,
     reference_policy: str | Path | None = None,
 ) -> tuple[list[dict], dict]:
-    """Train `model` in place on `rows` (see `training_rows`); return (per-update metrics, optimiser state).
+    """Train `model` in place on `rows` (`creditline.round.training_rows`); return (per-update metrics, optimiser state).
 
     `reference_policy` is the folder of π_ref, loaded only when `[train] kl_coef` > 0.
     """

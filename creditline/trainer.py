@@ -33,6 +33,7 @@ trainer returns metrics and the optimiser state; it logs and writes nothing itse
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,29 +100,47 @@ def pack(
     `creditline.turn_packing`) are context only. Without it every completion token is trained on.
     """
     rows = len(prompt_ids)
-    length = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids, strict=True))
+    n_p = np.fromiter(map(len, prompt_ids), dtype=np.int64, count=rows)  # (R,)
+    n_c = np.fromiter(map(len, completion_ids), dtype=np.int64, count=rows)  # (R,)
+    for name, values in (("completion_logprobs", completion_logprobs), ("completion_advantages", completion_advantages),
+                         *((("sampled_mask", sampled_masks),) if sampled_masks is not None else ())):  # fmt: skip
+        if bad := np.flatnonzero(np.fromiter(map(len, values), dtype=np.int64, count=rows) != n_c)[
+            :1
+        ].tolist():
+            raise ValueError(f"step row {bad[0]}: completion_ids and {name} differ in length")
+    length = int((n_p + n_c).max())
+    # every row's tokens laid end to end, and the (row, column) each one goes to
+    tokens = np.fromiter(itertools.chain.from_iterable(itertools.chain(p, c) for p, c in
+                                                       zip(prompt_ids, completion_ids, strict=True)),
+                         dtype=np.int64, count=int((n_p + n_c).sum()))  # fmt: skip
+    token_row, token_col = _positions(n_p + n_c, np.zeros(rows, dtype=np.int64))
+    target_row, target_col = _positions(n_c, n_p - 1)  # logits at j predict token j+1
     input_ids = torch.full((rows, length), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((rows, length), dtype=torch.long)
     completion_mask = torch.zeros((rows, length), dtype=torch.bool)
     old_logprobs = torch.zeros((rows, length))
     advantages = torch.zeros((rows, length))
-    for r in range(rows):
-        prompt, completion = list(prompt_ids[r]), list(completion_ids[r])
-        n_p, n_c = len(prompt), len(completion)
-        if len(completion_logprobs[r]) != n_c or len(completion_advantages[r]) != n_c:
-            raise ValueError(
-                f"step row {r}: completion_ids, completion_logprobs and completion_advantages differ in length"
-            )
-        input_ids[r, : n_p + n_c] = torch.tensor(prompt + completion)
-        attention_mask[r, : n_p + n_c] = 1
-        targets = slice(n_p - 1, n_p - 1 + n_c)  # logits at j predict token j+1
-        sampled = torch.ones(n_c, dtype=torch.bool)
-        if sampled_masks is not None:
-            sampled = torch.tensor(np.asarray(sampled_masks[r], dtype=bool))
-        completion_mask[r, targets] = sampled
-        old_logprobs[r, targets] = torch.tensor(np.asarray(completion_logprobs[r], dtype=np.float32))
-        advantages[r, targets] = torch.tensor(np.asarray(completion_advantages[r], dtype=np.float32))
+    input_ids[token_row, token_col] = torch.from_numpy(tokens)
+    attention_mask[token_row, token_col] = 1
+    completion_mask[target_row, target_col] = (
+        True if sampled_masks is None else torch.from_numpy(_flat(sampled_masks, n_c, bool))
+    )
+    old_logprobs[target_row, target_col] = torch.from_numpy(_flat(completion_logprobs, n_c, np.float32))
+    advantages[target_row, target_col] = torch.from_numpy(_flat(completion_advantages, n_c, np.float32))
     return PackedBatch(input_ids, attention_mask, completion_mask, old_logprobs, advantages)
+
+
+def _positions(counts: np.ndarray, starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, column) of `counts[r]` consecutive cells from column `starts[r]` in every row r, row-major."""
+    row = np.repeat(np.arange(len(counts)), counts)
+    offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    return torch.from_numpy(row), torch.from_numpy(np.repeat(starts, counts) + offset)
+
+
+def _flat(per_row, counts: np.ndarray, dtype) -> np.ndarray:
+    """The rows' values end to end as one array (each row's list converted as `np.asarray(row, dtype)`)."""
+    parts = [np.asarray(values, dtype=dtype) for values in per_row]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def micro_batches(lengths: torch.Tensor, token_budget: int) -> list[torch.Tensor]:

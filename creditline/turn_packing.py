@@ -22,6 +22,7 @@ per maximal chain of turns.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 COLUMNS = ["prompt_ids", "completion_ids", "completion_logprobs", "completion_advantages", "sampled_mask"]
@@ -29,13 +30,31 @@ COLUMNS = ["prompt_ids", "completion_ids", "completion_logprobs", "completion_ad
 
 
 def merge_turns(rows: pd.DataFrame) -> pd.DataFrame:
-    """The training rows of `rows`: each episode's turns merged while they chain (see the module doc)."""
+    """The training rows of `rows`: each episode's turns merged while they chain (see the module doc).
+
+    Ordered by (episode_id, first step); a row's sequences are lists or arrays. Only the episodes where a turn's prompt is at least as long as the
+    previous turn's prompt + completion can chain and are walked turn by turn; every other turn (all of
+    them with plain prompts) is its own row, built column-wise.
+    """
+    ordered = rows.sort_values(["episode_id", "step_idx"], kind="stable").reset_index(drop=True)
+    prompt_length = ordered["prompt_ids"].map(len).to_numpy()
+    held = prompt_length + ordered["completion_ids"].map(len).to_numpy()
+    episode = ordered["episode_id"].to_numpy()
+    may_extend = np.zeros(len(ordered), dtype=bool)
+    may_extend[1:] = (episode[1:] == episode[:-1]) & (prompt_length[1:] >= held[:-1])
+    walked = ordered["episode_id"].isin(set(episode[may_extend]))
+    singles = ordered[~walked]
+    parts = [pd.DataFrame({  # the turn's own sequences, as they are (lists or arrays)
+        "prompt_ids": singles["prompt_ids"].to_numpy(), "completion_ids": singles["completion_ids"].to_numpy(),
+        "completion_logprobs": singles["completion_logprobs"].to_numpy(),
+        "completion_advantages": singles["completion_advantages"].to_numpy(),
+        "sampled_mask": [np.ones(len(x), dtype=np.int8) for x in singles["completion_ids"]],
+        "episode_id": singles["episode_id"].to_numpy(), "steps": [[int(s)] for s in singles["step_idx"]],
+    })]  # fmt: skip
     merged: list[dict] = []
-    for _, episode in rows.sort_values(["episode_id", "step_idx"], kind="stable").groupby(
-        "episode_id", sort=False
-    ):
+    for _, turns in ordered[walked].groupby("episode_id", sort=False):
         current: dict | None = None
-        for turn in episode.to_dict("records"):
+        for turn in turns.to_dict("records"):
             if current is not None and _extends(current, turn):
                 _append(current, turn)
             else:
@@ -43,7 +62,11 @@ def merge_turns(rows: pd.DataFrame) -> pd.DataFrame:
                     merged.append(current)
                 current = _single(turn)
         merged.append(current)
-    return pd.DataFrame(merged, columns=[*COLUMNS, "episode_id", "steps"])
+    parts.append(pd.DataFrame(merged, columns=[*COLUMNS, "episode_id", "steps"]))
+    out = pd.concat(parts, ignore_index=True)
+    out["first_step"] = [steps[0] for steps in out["steps"]]
+    out = out.sort_values(["episode_id", "first_step"], kind="stable", ignore_index=True)
+    return out[[*COLUMNS, "episode_id", "steps"]]
 
 
 def _extends(row: dict, turn: dict) -> bool:

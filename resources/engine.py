@@ -18,7 +18,9 @@ class EngineResource(dg.ConfigurableResource):
     device_override: str = ""
     """Empty: use the experiment's `rollouts.device`."""
 
-    def load(self, checkpoint: str | Path, settings: RolloutSettings) -> Engine:
-        return make_engine(
-            settings.engine, checkpoint, self.device_override or settings.device, settings.vllm_settings()
-        )
+    def load(
+        self, checkpoint: str | Path, settings: RolloutSettings, content_hash: str | None = None
+    ) -> Engine:
+        """An engine for `checkpoint`; given its recorded `content_hash`, the process's last engine for it is reused."""
+        device = self.device_override or settings.device
+        return make_engine(settings.engine, checkpoint, device, settings.vllm_settings(), content_hash)

@@ -123,7 +123,9 @@ class AdvantagesTable(pa.DataFrameModel):
     params_hash: Series[str]
     advantage: Series[float]
     completion_length: Series[int] = pa.Field(ge=0)
-    completion_advantages: Series[object]
+    completion_advantages: Series[object] | None
+    """Written by rounds before per-token advantages were expanded at pack time
+    (`creditline.round.with_token_advantages`); kept readable, never written now."""
 
     class Config:
         strict = True
@@ -136,6 +138,8 @@ class AdvantagesTable(pa.DataFrameModel):
 
     @pa.dataframe_check(error="completion_advantages must have one value per completion token")
     def tokens_align(cls, df: pd.DataFrame) -> pd.Series:
+        if "completion_advantages" not in df:
+            return pd.Series(True, index=df.index)
         return pd.Series(
             _lengths(df["completion_advantages"]) == df["completion_length"].to_numpy(), index=df.index
         )

@@ -71,3 +71,6 @@ def test_completion_advantages_must_match_the_completion_length():
                           "completion_advantages": [[0.5]]})  # fmt: skip
     with pytest.raises(TableValidationError, match="one value per completion token"):
         validate(AdvantagesTable, frame, "advantages")
+    # rounds written before per-token values were expanded at pack time carry the column; new ones do not
+    assert len(validate(AdvantagesTable, frame.assign(completion_advantages=[[0.5, 0.5]]), "advantages")) == 1
+    assert len(validate(AdvantagesTable, frame.drop(columns="completion_advantages"), "advantages")) == 1

@@ -7,12 +7,25 @@ from pathlib import Path
 from creditline.engines.base import Completion, Engine, SamplingParams
 from creditline.engines.torch_engine import TorchEngine
 
+_TORCH_ENGINES: dict[tuple[str, str, str], TorchEngine] = {}
+"""The last torch engine built for a recorded checkpoint: a round's rollouts play the checkpoint that the
+previous round's evaluation just loaded (one load per process and checkpoint, not two)."""
 
-def make_engine(kind: str, folder: str | Path, device: str = "cpu", vllm_settings=None) -> Engine:
+
+def make_engine(
+    kind: str, folder: str | Path, device: str = "cpu", vllm_settings=None, content_hash: str | None = None
+) -> Engine:
     """`kind` is "torch" or "vllm"; both load the same HF checkpoint folder. vLLM engines are shared
-    within a process (`VLLMEngine.shared`); `vllm_settings` is a `VLLMSettings`."""
+    within a process (`VLLMEngine.shared`); `vllm_settings` is a `VLLMSettings`. A torch engine for a folder
+    given with its recorded `content_hash` is kept until the next one (or `release_generation_memory`)."""
     if kind == "torch":
-        return TorchEngine.from_checkpoint(folder, device)
+        if content_hash is None:
+            return TorchEngine.from_checkpoint(folder, device)
+        key = (str(folder), device, content_hash)
+        if key not in _TORCH_ENGINES:
+            _TORCH_ENGINES.clear()
+            _TORCH_ENGINES[key] = TorchEngine.from_checkpoint(folder, device)
+        return _TORCH_ENGINES[key]
     if kind == "vllm":
         from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings
 
@@ -21,8 +34,9 @@ def make_engine(kind: str, folder: str | Path, device: str = "cpu", vllm_setting
 
 
 def release_generation_memory() -> None:
-    """Free the GPU memory the process's vLLM engines hold, before training (none built: nothing to do;
-    the module imports vLLM only when an engine is built)."""
+    """Free the memory the process's engines hold, before training (the kept torch engine goes; vLLM's
+    engines sleep; none built: nothing to do, and vLLM is imported only when an engine is built)."""
+    _TORCH_ENGINES.clear()
     from creditline.engines.vllm_engine import VLLMEngine
 
     VLLMEngine.release_all()

@@ -6,16 +6,18 @@ in its own process, so the store never keeps a connection open: every read or wr
 does one transaction, and closes it, which releases the lock within milliseconds. Threads of one process
 take turns (a process-wide lock), since DuckDB refuses two threads attaching one file at once. A caller that meets the
 lock retries with exponential backoff (plus jitter, so two waiting writers do not retry in lockstep) for a
-bounded time, then raises ``StoreLockedError`` naming the file. Write-write conflicts between connections
+bounded time, then raises ``StoreLockedError`` naming the file. A burst of transactions (a stage's lineage
+reads, or its records) may share one connection (`held_connection`): opening one costs ~20 ms. Write-write conflicts between connections
 inside one process (``TransactionException``) are retried the same way: the whole transaction re-runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -53,22 +55,7 @@ def run_transaction(path: str, work: Callable[[duckdb.DuckDBPyConnection], T], p
     ``work`` may run several times, but each failed attempt is rolled back, so it only has to be a
     function of the database state, not idempotent on its own.
     """
-    start = time.monotonic()
-    delay = policy.initial_delay_s
-    attempts = 0
-    while True:
-        attempts += 1
-        try:
-            return _attempt(path, work)
-        except duckdb.Error as error:
-            if not is_lock_error(error):
-                raise
-            waited = time.monotonic() - start
-            if waited >= policy.timeout_s:
-                raise StoreLockedError(path, waited, attempts, error) from error
-            pause = min(delay, policy.max_delay_s, policy.timeout_s - waited)
-            time.sleep(pause * random.uniform(0.5, 1.0))
-            delay *= 2
+    return _with_retry(path, lambda: _attempt(path, work), policy)
 
 
 _THREADS = threading.RLock()
@@ -78,11 +65,50 @@ _THREADS = threading.RLock()
 
 def _attempt(path: str, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
     with _THREADS, duckdb.connect(path) as con:
-        con.begin()
+        return run_in_transaction(con, work)
+
+
+def run_in_transaction(con: duckdb.DuckDBPyConnection, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+    """``work`` inside one transaction on an open connection: committed, or rolled back if it raises."""
+    con.begin()
+    try:
+        result = work(con)
+    except BaseException:
+        con.rollback()
+        raise
+    con.commit()
+    return result
+
+
+@contextlib.contextmanager
+def held_connection(path: str, policy: RetryPolicy) -> Iterator[duckdb.DuckDBPyConnection]:
+    """One connection kept open for a burst of transactions (opening one costs ~20 ms), then closed.
+
+    The file stays locked against other processes for the burst, so a burst must be short: a stage's
+    lineage reads, or its records, never the work between them. This thread holds the process's turn.
+    """
+    with _THREADS:
+        con = _with_retry(path, lambda: duckdb.connect(path), policy)
         try:
-            result = work(con)
-        except BaseException:
-            con.rollback()
-            raise
-        con.commit()
-        return result
+            yield con
+        finally:
+            con.close()
+
+
+def _with_retry(path: str, attempt: Callable[[], T], policy: RetryPolicy) -> T:
+    start = time.monotonic()
+    delay = policy.initial_delay_s
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            return attempt()
+        except duckdb.Error as error:
+            if not is_lock_error(error):
+                raise
+            waited = time.monotonic() - start
+            if waited >= policy.timeout_s:
+                raise StoreLockedError(path, waited, attempts, error) from error
+            pause = min(delay, policy.max_delay_s, policy.timeout_s - waited)
+            time.sleep(pause * random.uniform(0.5, 1.0))
+            delay *= 2

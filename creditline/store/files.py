@@ -57,19 +57,48 @@ def hash_file(path: PathLike) -> str:
     return digest.hexdigest()
 
 
+def directory_manifest(path: PathLike) -> dict[str, str]:
+    """{relative posix path: file sha256} of every file under ``path``, sorted by path."""
+    root = Path(path)
+    if not root.is_dir():
+        raise NotADirectoryError(f"not a directory: {root}")
+    return dict(
+        sorted((p.relative_to(root).as_posix(), hash_file(p)) for p in root.rglob("*") if p.is_file())
+    )
+
+
+def manifest_hash(manifest: dict[str, str]) -> str:
+    """sha256 over the sorted (relative posix path, file sha256) pairs of a `directory_manifest`."""
+    digest = hashlib.sha256()
+    for rel, file_hash in sorted(manifest.items()):
+        digest.update(rel.encode("utf-8") + b"\0" + file_hash.encode("ascii") + b"\n")
+    return digest.hexdigest()
+
+
 def hash_directory(path: PathLike) -> str:
     """sha256 over the sorted (relative posix path, file sha256) pairs of every file under ``path``.
 
     Only names and contents count: mtimes, permissions, creation order and empty folders do not.
     """
-    root = Path(path)
-    if not root.is_dir():
-        raise NotADirectoryError(f"not a directory: {root}")
-    pairs = sorted((p.relative_to(root).as_posix(), hash_file(p)) for p in root.rglob("*") if p.is_file())
-    digest = hashlib.sha256()
-    for rel, file_hash in pairs:
-        digest.update(rel.encode("utf-8") + b"\0" + file_hash.encode("ascii") + b"\n")
-    return digest.hexdigest()
+    return manifest_hash(directory_manifest(path))
+
+
+def stat_fingerprint(path: PathLike) -> dict[str, list[int]]:
+    """{relative posix path: [size, mtime_ns]} of a file ("" for the file itself) or of every file in a folder.
+
+    Recorded when an artifact is recorded; a reader that finds the same fingerprint trusts the recorded hash
+    instead of re-reading the bytes (`lineage.check_on_disk(quick=True)`), as git trusts its index. Any
+    ordinary write changes a file's mtime; a copy of the data root that does not keep mtimes only costs a
+    re-hash. Raises ``FileNotFoundError`` if ``path`` is neither a file nor a folder.
+    """
+    p = Path(path)
+    if p.is_file():
+        stat = p.stat()
+        return {"": [stat.st_size, stat.st_mtime_ns]}
+    if p.is_dir():
+        return {f.relative_to(p).as_posix(): [(st := f.stat()).st_size, st.st_mtime_ns]
+                for f in sorted(p.rglob("*")) if f.is_file()}  # fmt: skip
+    raise FileNotFoundError(f"no file or directory at {p}")
 
 
 def hash_path(path: PathLike) -> str:

@@ -17,10 +17,12 @@ deleted or added behind the store's back.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,9 +30,16 @@ from typing import Any, TypeVar
 import duckdb
 
 from creditline.faults import failpoint
-from creditline.store.connection import RetryPolicy, run_transaction
+from creditline.store.connection import RetryPolicy, held_connection, run_in_transaction, run_transaction
 from creditline.store.errors import ExperimentConfigMismatch
-from creditline.store.files import canonical_json, config_hash, hash_path
+from creditline.store.files import (
+    canonical_json,
+    config_hash,
+    directory_manifest,
+    hash_path,
+    manifest_hash,
+    stat_fingerprint,
+)
 from creditline.store.records import ArtifactRecord, EvaluationRecord, LineageNode, Problem, RunRecord
 from creditline.store.schema import create_schema
 
@@ -123,6 +132,7 @@ class LineageStore:
         self.path = str(path)
         self.retry = retry or RetryPolicy()
         self._schema_ready = False
+        self._session = threading.local()  # .con: the connection a `session` block holds on this thread
 
     def __repr__(self) -> str:
         return f"LineageStore({self.path!r})"
@@ -138,9 +148,32 @@ class LineageStore:
 
         if needs_schema:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        result = run_transaction(self.path, with_schema, self.retry)
+        held = getattr(self._session, "con", None)
+        if held is not None:
+            result = run_in_transaction(held, with_schema)
+        else:
+            result = run_transaction(self.path, with_schema, self.retry)
         self._schema_ready = True
         return result
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[LineageStore]:
+        """The calls inside the block share one connection (each still its own transaction).
+
+        For a burst of lineage calls, such as a stage's reads before its work, or its records after: the
+        catalog file stays locked against other processes until the block ends, so never wrap the work
+        itself. Nested sessions use the outer one; other threads wait for the block to end.
+        """
+        if getattr(self._session, "con", None) is not None:
+            yield self
+            return
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        with held_connection(self.path, self.retry) as con:
+            self._session.con = con
+            try:
+                yield self
+            finally:
+                self._session.con = None
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self.transaction(lambda con: con.execute(sql, params).fetchall())
@@ -195,13 +228,16 @@ class LineageStore:
         In one transaction: the row for (experiment, round, kind, variant) is replaced; the edges of its
         new hash, and of the hash it replaced, are rebuilt as the union of the parents declared by the rows
         that carry that hash (none: the replaced hash's edges go). Raises ``ValueError`` if two rows of one
-        hash declare one parent with different relations. Returns the stored record (with ``created_at``
-        and sorted ``parents``).
+        hash declare one parent with different relations. Returns the stored record (with ``created_at``,
+        sorted ``parents`` and, for a path that exists, its stat fingerprint in ``meta["on_disk"]``).
         """
         edges = _checked_parents(artifact.content_hash, artifact.parents if parents is None else parents)
-        stored = dataclasses.replace(
-            artifact, meta=dict(artifact.meta), created_at=_now(), parents=tuple(edges)
-        )
+        meta = dict(artifact.meta)
+        if FINGERPRINT not in meta and os.path.exists(
+            artifact.path
+        ):  # what `check_on_disk(quick=True)` trusts
+            meta[FINGERPRINT] = stat_fingerprint(artifact.path)
+        stored = dataclasses.replace(artifact, meta=meta, created_at=_now(), parents=tuple(edges))
         key = [stored.experiment, stored.round, stored.kind, stored.variant]
 
         def work(con: duckdb.DuckDBPyConnection) -> None:
@@ -459,18 +495,40 @@ _EDGE_DETAILS = {
 }
 
 
-def check_on_disk(record: ArtifactRecord) -> Problem | None:
+FINGERPRINT = "on_disk"
+"""Meta key of an artifact's `files.stat_fingerprint`, taken when it is recorded."""
+MANIFEST = "files"
+"""Meta key of a folder artifact's `files.directory_manifest` (per-file sha256), taken when it was hashed."""
+
+
+def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None:
     """A "missing" or "changed" problem if the recorded path no longer holds the recorded content.
 
-    The one place that re-hashes an artifact: readers, asset checks, the audit and ``verify`` all ask it.
+    The one place that checks an artifact against the disk. Full (the default: ``verify``, the audit, the
+    blocking checks on tables): the bytes are re-hashed. ``quick`` (readers inside a round, the parent
+    checkpoint's check): an artifact whose files still have the size and mtime recorded with it
+    (`files.stat_fingerprint`) is trusted without reading its bytes; any other is re-hashed. A folder
+    recorded with its manifest names the files that changed.
     """
     where = _describe(record.experiment, record.round, record.kind, record.variant)
     if not os.path.exists(record.path):
         detail = f"{where} ({record.content_hash[:12]}): {record.path} does not exist"
         return Problem("missing", record.path, record.content_hash, None, detail)
-    actual = hash_path(record.path)
+    if quick and record.meta.get(FINGERPRINT) == stat_fingerprint(record.path):
+        return None
+    manifest = record.meta.get(MANIFEST)
+    now = directory_manifest(record.path) if manifest and os.path.isdir(record.path) else None
+    actual = manifest_hash(now) if now is not None else hash_path(record.path)
     if actual != record.content_hash:
-        detail = f"{where}: {record.path} changed (recorded {record.content_hash[:12]}, now {actual[:12]})"
+        changed = (
+            sorted(set(now) ^ set(manifest) | {f for f in now if manifest.get(f, now[f]) != now[f]})
+            if now
+            else []
+        )
+        which = f" ({', '.join(changed[:5])}{' …' if len(changed) > 5 else ''})" if changed else ""
+        detail = (
+            f"{where}: {record.path} changed{which} (recorded {record.content_hash[:12]}, now {actual[:12]})"
+        )
         return Problem("changed", record.path, record.content_hash, actual, detail)
     return None
 

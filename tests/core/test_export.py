@@ -25,8 +25,7 @@ SCORES = pd.DataFrame(
      "episode_reward": [1.0, 1.0, -0.1, -0.1], "rubric_version": "env@1"}
 )  # fmt: skip
 ADVANTAGES = pd.DataFrame(
-    {"episode_id": ["a", "a", "b", "b"], "step_idx": [0, 1, 0, 1], "advantage": [0.5, 0.7, -0.5, -0.7],
-     "completion_advantages": [[0.5, 0.5], [0.7], [-0.5], [-0.7, -0.7]], "estimator": "gigpo"}
+    {"episode_id": ["a", "a", "b", "b"], "step_idx": [0, 1, 0, 1], "advantage": [0.5, 0.7, -0.5, -0.7], "estimator": "gigpo"}
 )  # fmt: skip
 
 
@@ -78,7 +77,7 @@ def test_prime_rl_merges_chained_turns_and_starts_a_new_sample_where_the_prefix_
 
 
 def test_an_incomplete_round_or_an_unknown_format_is_refused():
-    with pytest.raises(ValueError, match="cover 2 of its 4 steps"):
+    with pytest.raises(ValueError, match="the round.s advantages cover 2 of 4 step rows"):
         list(export_lines("pr941", "exp", 1, STEPS, SCORES, ADVANTAGES[ADVANTAGES.episode_id == "a"]))
     with pytest.raises(ValueError, match="unknown export format 'verl'"):
         list(export_lines("verl", "exp", 1, STEPS, SCORES, ADVANTAGES))

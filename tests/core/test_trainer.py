@@ -4,16 +4,19 @@ vocabulary path, and micro-batching that leaves the update unchanged."""
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from assets.advantages import advantage_table
 from creditline.config import ExperimentConfig
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.logprobs import completion_logprobs, full_vocab_logprobs
 from creditline.policy import load_policy
-from creditline.policy_update import training_rows, update_policy
+from creditline.policy_update import update_policy
 from creditline.rollout import run_episodes
+from creditline.round import step_advantages, training_rows
 from creditline.rubrics import get_rubric
 from creditline.trainer import TrainConfig, clipped_pg_terms, k3, micro_batches, pack, score, train
 
@@ -174,7 +177,7 @@ def round_rows(tiny_policy_dir):
     tables = run_episodes(engine, tokenizer, config.env.build, config.name, 1, range(6), 4,
                           SamplingParams(1.0, 1.0, 1, seed=0))  # fmt: skip
     scores = get_rubric(config.rubric).score(tables.episodes, tables.steps)
-    advantages = advantage_table(tables.steps, scores, config.advantages.estimator, config.advantages.params)
+    advantages = step_advantages(tables.steps, scores, config.advantages)
     return config, training_rows(tables.steps, advantages)
 
 
@@ -208,3 +211,53 @@ def test_k3_is_never_negative_where_it_rounds_near_zero():
     d = torch.linspace(-1e-4, 1e-4, 100_001, dtype=torch.float32)
     assert bool((k3(d, torch.zeros_like(d)) >= 0).all())
     assert float(k3(torch.tensor([1e-3]), torch.zeros(1))) == pytest.approx(1e-3**2 / 2, rel=1e-2)
+
+
+def _pack_row_by_row(prompt_ids, completion_ids, completion_logprobs, completion_advantages, pad, masks):
+    """The reference: each row's tensors filled one row at a time."""
+    rows, length = (
+        len(prompt_ids),
+        max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids, strict=True)),
+    )
+    ids, attention = (
+        torch.full((rows, length), pad, dtype=torch.long),
+        torch.zeros((rows, length), dtype=torch.long),
+    )
+    mask, old, adv = (
+        torch.zeros((rows, length), dtype=torch.bool),
+        torch.zeros((rows, length)),
+        torch.zeros((rows, length)),
+    )
+    for r in range(rows):
+        n_p, n_c = len(prompt_ids[r]), len(completion_ids[r])
+        ids[r, : n_p + n_c] = torch.tensor([*prompt_ids[r], *completion_ids[r]], dtype=torch.long)
+        attention[r, : n_p + n_c] = 1
+        targets = slice(n_p - 1, n_p - 1 + n_c)
+        mask[r, targets] = torch.tensor([bool(m) for m in masks[r]], dtype=torch.bool)
+        old[r, targets] = torch.tensor(completion_logprobs[r], dtype=torch.float32)
+        adv[r, targets] = torch.tensor(completion_advantages[r], dtype=torch.float32)
+    return ids, attention, mask, old, adv
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(0, 5), st.integers(0, 2**31)), min_size=1, max_size=8)
+)
+def test_pack_fills_the_same_tensors_as_a_row_by_row_loop(shapes):
+    prompts, completions, logprobs, advantages, masks = [], [], [], [], []
+    for n_p, n_c, seed in shapes:
+        rng = np.random.default_rng(seed)
+        prompts.append(rng.integers(3, 50, n_p).tolist())
+        completions.append(rng.integers(3, 50, n_c).tolist())
+        logprobs.append((-rng.random(n_c)).tolist())
+        advantages.append(rng.normal(size=n_c).tolist())
+        masks.append(rng.integers(0, 2, n_c).tolist())
+    batch = pack(prompts, completions, logprobs, advantages, 0, masks)
+    expected = _pack_row_by_row(prompts, completions, logprobs, advantages, 0, masks)
+    got = (batch.input_ids, batch.attention_mask, batch.completion_mask, batch.old_logprobs, batch.advantages)
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    with pytest.raises(
+        ValueError, match="step row 0: completion_ids and completion_advantages differ in length"
+    ):
+        pack(prompts[:1], completions[:1], logprobs[:1], [[*advantages[0], 1.0]], 0)

@@ -5,7 +5,7 @@ import pandas as pd
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditline.turn_packing import merge_turns
+from creditline.turn_packing import COLUMNS, merge_turns
 
 TOKENS = st.lists(st.integers(3, 50), min_size=1, max_size=4)
 
@@ -85,3 +85,34 @@ def test_a_hand_made_episode_with_one_break():
     assert first["sampled_mask"] == [1, 0, 1] and first["completion_advantages"] == [0.5, 0.0, -1.0]
     assert first["steps"] == [0, 1]
     assert second["prompt_ids"] == [4] and second["completion_ids"] == [6, 5] and second["steps"] == [2]
+
+
+def _merge_by_walking(rows: pd.DataFrame) -> list[dict]:
+    """The reference: every episode walked turn by turn (what `merge_turns` does for chaining episodes only)."""
+    from creditline.turn_packing import _append, _extends, _single
+
+    merged = []
+    for _, turns in rows.sort_values(["episode_id", "step_idx"], kind="stable").groupby(
+        "episode_id", sort=False
+    ):
+        current = None
+        for turn in turns.to_dict("records"):
+            if current is not None and _extends(current, turn):
+                _append(current, turn)
+            else:
+                merged.append(current) if current is not None else None
+                current = _single(turn)
+        merged.append(current)
+    return merged
+
+
+@given(episodes=st.lists(episode(), min_size=1, max_size=5), order=st.randoms(use_true_random=False))
+def test_merge_turns_equals_walking_every_episode_whatever_the_row_order(episodes, order):
+    rows = [{**turn, "episode_id": f"e{n}"} for n, turns in enumerate(episodes) for turn in turns]
+    order.shuffle(rows)
+    frame = pd.DataFrame(rows)
+    as_lists = [
+        {k: list(v) if k in COLUMNS else v for k, v in row.items()}
+        for row in merge_turns(frame).to_dict("records")
+    ]
+    assert as_lists == _merge_by_walking(frame)

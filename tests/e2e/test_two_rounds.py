@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from creditline.round import training_rows
 from creditline.store import LineageStore, hash_path
 from e2e.cli import creditline
 
@@ -259,9 +260,9 @@ def test_export_hands_the_rounds_per_token_advantages_to_prime_rl_and_verifiers(
     data_root, _ = finished
     store = LineageStore(data_root / "lineage.duckdb")
     advantages = read_parquet(store.artifact(EXPERIMENT, 2, "advantages").path)
-    by_step = {
-        (r.episode_id, r.step_idx): [float(a) for a in r.completion_advantages]
-        for r in advantages.itertuples()
+    trained = training_rows(read_parquet(store.artifact(EXPERIMENT, 2, "steps").path), advantages)
+    by_step = {  # what the trainer packed: the step's advantage on each of its completion tokens
+        (r.episode_id, r.step_idx): [float(a) for a in r.completion_advantages] for r in trained.itertuples()
     }
     for format_ in ("prime-rl", "pr941"):
         out = tmp_path / f"{format_}.jsonl"

@@ -11,6 +11,7 @@ import json
 import pytest
 from verifiers_files import classic_line, classic_run, v1_run, write_lines
 
+from creditline.round import training_rows
 from creditline.store import LineageStore, read_parquet
 from e2e.cli import creditline
 
@@ -23,7 +24,7 @@ def per_token(data_root, experiment, round_=1) -> dict[str, list[float]]:
     store = LineageStore(data_root / "lineage.duckdb")
     steps = read_parquet(store.artifact(experiment, round_, "steps").path)
     advantages = read_parquet(store.artifact(experiment, round_, "advantages").path)
-    rows = steps.merge(advantages, on=["episode_id", "step_idx"])
+    rows = training_rows(steps, advantages)
     return {
         ref: [float(v) for v in values]
         for ref, values in zip(rows["source_ref"], rows["completion_advantages"], strict=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from assets.advantages import advantage_table
+from creditline.config import AdvantageSettings
+from creditline.round import step_advantages, training_rows
 from creditline.rubrics import RUBRICS
 from creditline.store import LineageStore, read_parquet
 from creditline.verifiers_import import read_source, source_tables
@@ -82,8 +83,10 @@ def test_real_files_keep_every_sampled_token_and_reward(version, case):
 def test_grpo_without_std_gives_verifiers_own_step_advantages_on_every_token(case):
     tables = source_tables(read_source(DATA / "v03" / case), "real", 1)
     scores = RUBRICS["env"].score(tables.episodes, tables.steps)
-    advantages = advantage_table(tables.steps, scores, "grpo", {"norm_by_std": False})
-    rows = tables.steps.merge(advantages, on=["episode_id", "step_idx"])
+    advantages = step_advantages(tables.steps, scores, AdvantageSettings("grpo", {"norm_by_std": False}))
+    rows = training_rows(tables.steps, advantages).merge(
+        advantages[["episode_id", "step_idx", "completion_length"]]
+    )
     saved = {f"{n}:{t}": step["advantage"] for n, line in enumerate(raw("v03", case), start=1)
              for t, step in enumerate(line["trajectory"])}  # fmt: skip
     for ref, tokens, length in zip(
@@ -122,8 +125,8 @@ def test_preset_step_rewards_and_node_advantages_are_kept():
 
     v1 = source_tables(read_source(DATA / "v04" / "step_rewards"), "real", 1)
     scores = RUBRICS["env"].score(v1.episodes, v1.steps)
-    advantages = advantage_table(v1.steps, scores, "gigpo", {})
-    rows = v1.steps.merge(advantages, on=["episode_id", "step_idx"]).set_index("source_ref")
+    advantages = step_advantages(v1.steps, scores, AdvantageSettings("gigpo", {}))
+    rows = training_rows(v1.steps, advantages).set_index("source_ref")
     preset_nodes = {f"{n}:{i}": node["advantages"] for n, line in enumerate(raw("v04", "step_rewards"), start=1)
                     for i, node in enumerate(line["traces"][0]["nodes"]) if "advantages" in node}  # fmt: skip
     assert len(preset_nodes) == 13
@@ -158,7 +161,7 @@ def test_real_files_import_train_and_export_through_the_cli(tmp_path):
     store = LineageStore(data / "lineage.duckdb")
     steps = read_parquet(store.artifact("real", 1, "steps").path)
     advantages = read_parquet(store.artifact("real", 1, "advantages").path)
-    rows = steps.merge(advantages, on=["episode_id", "step_idx"])
+    rows = training_rows(steps, advantages)
     saved = {f"{n}:{t}": step["advantage"] for n, line in enumerate(raw("v03", "tool_calls"), start=1)
              for t, step in enumerate(line["trajectory"])}  # fmt: skip
     for ref, tokens in zip(rows["source_ref"], rows["completion_advantages"], strict=True):

@@ -87,3 +87,44 @@ def test_the_experiment_chooses_its_estimator_and_lineage_and_mlflow_record_it(t
     assert by_round["experiment"].data.params["advantages.estimator"] == "hgpo"
     assert by_round["experiment"].data.params["advantages.params.history_length"] == "1"
     assert by_round["1"].data.tags["data_version.advantages"] == record.content_hash
+
+
+def test_a_round_hashes_each_artifact_once_and_loads_each_model_once(tmp_path, monkeypatch):
+    """Round 2, after round 1 in the same process: every file is hashed when it is written and once more by
+    its blocking check, the parent checkpoint (hashed when round 1 wrote it) is trusted on its recorded
+    size and mtime, and the parent is loaded by the trainer alone (the rollouts reuse the engine that
+    round 1's evaluation loaded)."""
+    import importlib
+    from collections import Counter
+    from pathlib import Path
+
+    from creditline import policy
+    from creditline.store import files
+
+    hashed: Counter[str] = Counter()
+    loads: list[str] = []
+    real_hash, real_load = files.hash_file, policy.load_policy
+    with dg.instance_for_test() as instance:
+        assert run_round(tmp_path, "once", 1, instance)[0].success
+        monkeypatch.setattr(files, "hash_file", lambda p: hashed.update([str(p)]) or real_hash(p))
+
+        def counted_load(folder, *args):
+            loads.append(Path(folder).parent.name)
+            return real_load(folder, *args)
+
+        monkeypatch.setattr(policy, "load_policy", counted_load)  # the engines'
+        monkeypatch.setattr(
+            importlib.import_module("assets.checkpoint"), "load_policy", counted_load
+        )  # the trainer's
+        result, store = run_round(tmp_path, "once", 2, instance)
+    assert result.success
+    round_dir = tmp_path / "once" / "r002"
+    parent = tmp_path / "once" / "r001" / "policy"
+    assert not [p for p in hashed if p.startswith(str(parent))]  # trusted: its fingerprint is unchanged
+    written = [p for p in hashed if p.startswith(str(round_dir / "policy") + "/")]
+    assert written and all(hashed[p] == 1 for p in written)  # the new checkpoint: once, when written
+    for table in ("episodes", "steps", "scores", "advantages", "evaluation"):
+        final = str(round_dir / f"{table}.parquet")
+        temps = [p for p in hashed if Path(p).name.startswith(f".{table}.parquet.tmp-")]
+        assert hashed[final] == 1 and len(temps) == 1, (table, hashed)  # written (as its temp) + its check
+    assert loads == ["r001", "r002"]  # the trainer loads the parent; the evaluation the new checkpoint

@@ -1,0 +1,127 @@
+"""One round's stages, in the order the pipeline runs them: generate → score → advantages → train → evaluate.
+
+Each stage is a function of its inputs alone (tables, a model, the experiment config): no Dagster, DuckDB
+or MLflow in here. The round's assets (`assets/`), `creditline import` and the benchmarks
+(`bench/learning.py`, `bench/overhead.py`) all call these functions, so a benchmark measures the round that
+`make run` runs, and the joins between the round's tables are written once (`join_on_step`).
+
+The round's tables, one row per step (model call) unless said otherwise:
+
+    episodes    (E rows)  one row per episode: success, return, steps, stop reason
+    steps       (S rows)  prompt/completion token ids, sampling log-probs, anchor key, env reward
+    scores      (S rows)  each rubric criterion, step_reward, episode_reward
+    advantages  (S rows)  one scalar `advantage` per step and its `completion_length`
+
+Per-token advantages (verifiers PR #941's `completion_advantages`: the step scalar repeated over the
+completion's tokens) are not stored; `with_token_advantages` expands them where they are consumed, when the
+trainer packs its batch or an export writes them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from creditline.advantages import completion_advantages, compute, fill_preset, params_hash
+from creditline.config import AdvantageSettings, ExperimentConfig
+from creditline.engines import Engine
+from creditline.evaluation import EvaluationSummary, evaluate
+from creditline.policy_update import update_policy
+from creditline.rollout import RolloutTables, run_episodes
+from creditline.rubrics import get_rubric
+from creditline.tasks import training_task_ids
+
+STEP_KEY = ["episode_id", "step_idx"]
+"""What identifies a step row in every round table."""
+
+
+def join_on_step(left: pd.DataFrame, right: pd.DataFrame, columns: list[str], what: str) -> pd.DataFrame:
+    """`left` with `columns` of `right` joined on (episode_id, step_idx), one to one, every left row kept.
+
+    `what` names `right` in the error when it does not cover every step of `left`.
+    """
+    joined = left.merge(right[[*STEP_KEY, *columns]], on=STEP_KEY, how="inner", validate="one_to_one")
+    if len(joined) != len(left):
+        raise ValueError(f"{what} cover {len(joined)} of {len(left)} step rows")
+    return joined
+
+
+def generate_rollouts(engine: Engine, tokenizer, config: ExperimentConfig, round_: int) -> RolloutTables:
+    """Stage 1: play the round's training tasks, `group_size` samples each, with the parent policy."""
+    settings = config.rollouts
+    return run_episodes(
+        engine, tokenizer, config.env.build, config.name, round_,
+        training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
+        settings.sampling(config.seed), settings.prompt_format,
+    )  # fmt: skip
+
+
+def score_rollouts(config: ExperimentConfig, episodes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Stage 2: the experiment's training rubric on every step row (criteria, step and episode reward)."""
+    return get_rubric(config.rubric).score(episodes, steps)
+
+
+def step_advantages(steps: pd.DataFrame, scores: pd.DataFrame, settings: AdvantageSettings) -> pd.DataFrame:
+    """Stage 3: one advantage per step row from the estimator, computed once over the joined round.
+
+    An imported round's steps may carry the advantage their source assigned (`preset_advantage`, NaN where
+    none): it is kept, and the estimator fills the rest (verifiers' fill-if-None, `fill_preset`).
+    """
+    preset = ["preset_advantage"] if "preset_advantage" in steps else []
+    joined = join_on_step(
+        steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset]],
+        scores, ["rubric_version", "step_reward", "episode_reward"], "scores",
+    )  # fmt: skip
+    advantage = compute(settings.estimator, joined, **settings.params)  # (S,)
+    if preset:
+        advantage = fill_preset(joined["preset_advantage"].to_numpy(dtype=float), advantage)
+    return pd.DataFrame({
+        "episode_id": joined["episode_id"], "group_id": joined["group_id"], "step_idx": joined["step_idx"],
+        "rubric_version": joined["rubric_version"], "estimator": settings.estimator,
+        "params_hash": params_hash(settings.estimator, settings.params), "advantage": advantage,
+        "completion_length": joined["completion_ids"].map(len).to_numpy(),
+    })  # fmt: skip
+
+
+def with_token_advantages(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` (with `advantage` and `completion_ids`) plus `completion_advantages`: the step's advantage on
+    each of its completion tokens, (len(completion_ids),) per row (verifiers PR #941)."""
+    lengths = rows["completion_ids"].map(len).to_numpy()
+    per_token = completion_advantages(rows["advantage"].to_numpy(dtype=np.float64), lengths)
+    return rows.assign(completion_advantages=[a.tolist() for a in per_token])
+
+
+def training_rows(steps: pd.DataFrame, advantages: pd.DataFrame) -> pd.DataFrame:
+    """The step rows with their advantage, per step and per completion token (one advantage row per step)."""
+    return with_token_advantages(join_on_step(steps, advantages, ["advantage"], "advantages"))
+
+
+def train_policy(
+    model: torch.nn.Module,
+    tokenizer,
+    steps: pd.DataFrame,
+    advantages: pd.DataFrame,
+    config: ExperimentConfig,
+    round_: int,
+    optimizer_state: dict | None,
+    reference_policy: str | Path | None = None,
+) -> tuple[list[dict], dict]:
+    """Stage 4: the clipped policy-gradient update of `model` in place; (per-update metrics, optimiser state)."""
+    rows = training_rows(steps, advantages)
+    return update_policy(
+        model, tokenizer.pad_token_id, rows, config, round_, optimizer_state, reference_policy
+    )
+
+
+def evaluate_policy(
+    engine: Engine, tokenizer, config: ExperimentConfig, policy_round: int
+) -> tuple[pd.DataFrame, EvaluationSummary]:
+    """Stage 5: the policy after `policy_round` (0: the initial one) played greedily on the held-out tasks."""
+    settings = config.rollouts
+    return evaluate(
+        engine, tokenizer, config.env.build, config.name, policy_round, config.eval.num_tasks,
+        settings.max_new_tokens, settings.prompt_format, settings.stop,
+    )  # fmt: skip
