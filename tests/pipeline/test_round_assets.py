@@ -35,6 +35,14 @@ def test_data_versions_are_the_recorded_content_hashes(tmp_path):
             )
         checks = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         assert len(checks) == 6 and all(e.event_specific_data.passed for e in checks)
+        # where the credit went: a picture on the advantages materialisation and in the round's MLflow run
+        shown = instance.get_latest_materialization_event(dg.AssetKey("advantages")).asset_materialization
+        assert shown.metadata["credit_per_step"].value.startswith("![credit per step](data:image/png;base64,")
+        logged = list((tmp_path / "mlflow-artifacts" / "assets-ok").rglob("credit.png"))
+        assert (
+            len(logged) == 1
+            and logged[0].read_bytes() == (tmp_path / "assets-ok" / "r001" / "credit.png").read_bytes()
+        )
 
 
 def test_a_bad_score_table_stops_the_round_before_training(tmp_path, monkeypatch):

@@ -1,0 +1,59 @@
+"""`bench/learning.py --quick`: the learning table's smoke run, as a user would start it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "learning.py"
+pytestmark = pytest.mark.slow
+
+
+def _bench(out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--tasks", "shaped-maze", "single-turn", "--estimators", "grpo",
+         "gigpo", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def test_quick_run_writes_the_table_the_plot_and_one_file_per_run_and_reuses_them(tmp_path):
+    first = _bench(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rows = [
+        line
+        for line in (tmp_path / "learning.md").read_text().splitlines()
+        if line.startswith("| ") and "---" not in line
+    ]
+    assert len(rows) == 1 + 4  # header + 2 tasks × 2 estimators
+    assert (tmp_path / "learning.png").read_bytes().startswith(b"\x89PNG")
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert runs == ["shaped-maze-gigpo-s0.json", "shaped-maze-grpo-s0.json", "single-turn-gigpo-s0.json",
+                    "single-turn-grpo-s0.json"]  # fmt: skip
+    saved = json.loads((tmp_path / "runs" / "shaped-maze-gigpo-s0.json").read_text())
+    assert (
+        len(saved["success"]) == 3 and saved["episodes"] == 2 * 4 * 4
+    )  # initial + 2 rounds; 2 × 4 tasks × 4
+    second = _bench(tmp_path)  # every run is on file: nothing is played again
+    assert second.returncode == 0 and "round 1:" not in second.stderr
+    assert json.loads((tmp_path / "runs" / "shaped-maze-gigpo-s0.json").read_text()) == saved
+
+
+def test_the_table_and_its_statistics_by_hand():
+    sys.path.insert(0, str(BENCH.parent))
+    import learning
+
+    assert learning.rounds_to_threshold([0.1, 0.2, 0.39, 0.41, 0.0]) == 3  # first round ≥ initial + 0.30
+    assert learning.rounds_to_threshold([0.5, 0.7, 0.79]) is None
+    mean, half = learning.mean_ci([0.2, 0.4, 0.6])
+    assert mean == pytest.approx(0.4) and half == pytest.approx(4.303 * 0.2 / 3**0.5)
+    results = {
+        ("t", "a", s): {"success": [0.0, v], "seconds": 10.0, "episodes": 8, "tokens": 16}
+        for s, v in enumerate([0.2, 0.6])
+    }
+    (row,) = learning.table(results).splitlines()[2:]
+    assert row == "| t | a | 2 | 0.40 ± 2.54 | 1 (1/2 seeds) | 10 | 8 | 16 |"
