@@ -3,7 +3,8 @@
 #   make test   the test suite (unit, schema, asset, end-to-end)
 #   make ui     dagster dev on 127.0.0.1:3000 over the same instance `make run` used
 #   make bench  advantage estimators vs plain loops, 1M rows (~20 s)
-#   make bench-learning  GiGPO vs GRPO rounds to +0.30 success, 3 seeds (~10 min)
+#   make bench-learning  the learning table: every estimator, 5 seeds, 4 tasks (hours; runs are kept)
+#   make bench-overhead  a Dagster round vs the same round's core work: the per-round overhead share
 #   make bench-trainer   one training step at vocabulary 151,936: chunked vs full-vocabulary log-probs
 #   make lint   ruff check + format check
 
@@ -14,7 +15,7 @@ DATA_ROOT ?= $(CURDIR)/creditline-data
 UI_PORT ?= 3000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test ui bench bench-learning bench-trainer bench-chat lint install install-test clean
+.PHONY: run test ui bench bench-learning bench-overhead bench-trainer bench-chat lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +62,9 @@ bench: install-test
 
 bench-learning: install-test
 	$(BIN)/python bench/learning.py
+
+bench-overhead: install-test
+	$(BIN)/python bench/overhead.py
 
 bench-trainer: install-test
 	$(BIN)/python bench/trainer.py
