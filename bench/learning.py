@@ -23,6 +23,7 @@ to redo it), so the table can be filled over several sittings.
     .venv/bin/python bench/learning.py --tasks sparse-maze --estimators grpo gigpo --seeds 0 1 2 3 4
     .venv/bin/python bench/learning.py --quick --out /tmp/learning   # a smoke run (the test suite's)
     .venv/bin/python bench/learning.py --config examples/chat-maze.toml --estimators gigpo --seeds 0
+    .venv/bin/python bench/learning.py --report                      # the table and plot of the runs on file
 """
 
 from __future__ import annotations
@@ -154,7 +155,11 @@ def plot(results: dict[tuple[str, str, int], dict]) -> bytes:
     tasks = list(dict.fromkeys(k[0] for k in results))
     figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), dpi=100, squeeze=False)
     for axis, task in zip(axes[0], tasks, strict=True):
-        for estimator in dict.fromkeys(k[1] for k in results if k[0] == task):
+        seeds = {
+            e: sum(k[:2] == (task, e) for k in results)
+            for e in dict.fromkeys(k[1] for k in results if k[0] == task)
+        }
+        for estimator in seeds:
             curves = [v["success"] for k, v in sorted(results.items()) if k[:2] == (task, estimator)]
             by_round = [mean_ci([c[r] for c in curves]) for r in range(min(map(len, curves)))]
             mean = [m for m, _ in by_round]
@@ -162,7 +167,9 @@ def plot(results: dict[tuple[str, str, int], dict]) -> bytes:
             axis.fill_between(
                 range(len(mean)), [m - h for m, h in by_round], [m + h for m, h in by_round], alpha=0.15
             )
-        axis.set_title(f"{task} ({len(curves)} seeds)", fontsize=9)
+        low, high = min(seeds.values()), max(seeds.values())
+        axis.set_title(f"{task} ({low}{f'–{high}' if high > low else ''} seeds, 95 % CI)", fontsize=9)
+        axis.xaxis.get_major_locator().set_params(integer=True)
         axis.set_xlabel("round (0 = initial policy)", fontsize=8)
         axis.set_ylim(-0.02, 1.02)
         axis.grid(alpha=0.3)
@@ -186,6 +193,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--config", type=Path, help="an experiment TOML: its own task, named after the file")
+    parser.add_argument(
+        "--report", action="store_true", help="only tabulate and plot the runs on file (play none)"
+    )
     args = parser.parse_args()
     bases = {args.config.stem: load_config(args.config).to_dict()} if args.config else {}
     tasks = list(bases) if args.config else args.tasks
@@ -201,6 +211,8 @@ def main() -> None:
                 digest = config_hash(config.to_dict())
                 if saved.exists() and (old := json.loads(saved.read_text()))["config_hash"] == digest:
                     results[(task, estimator, seed)] = old
+                    continue
+                if args.report:
                     continue
                 result = results[(task, estimator, seed)] = {"config_hash": digest, **run(config)}
                 saved.write_text(json.dumps(result, indent=1) + "\n")
