@@ -66,8 +66,14 @@ TASKS: dict[str, dict] = {
     "single-turn": {"rounds": 15, "env": {"name": "arithmetic", "params": {"max_operand": 4}}},
 }
 """Each task's overrides of the default experiment (the default's own `rounds` is the most a config allows)."""
-ESTIMATOR_PARAMS: dict[str, dict] = {"grpo": {"norm_by_std": True}}
-"""Parameters other than an estimator's defaults (GRPO as published: normalised by the group's std)."""
+ESTIMATORS: dict[str, AdvantageSettings] = {
+    **{name: AdvantageSettings(name, {}) for name in available()},
+    "grpo": AdvantageSettings("grpo", {"norm_by_std": True}),  # as published: normalised by the group's std
+    "dr_grpo": AdvantageSettings("grpo", {"norm_by_std": False}),  # Dr.GRPO: r − μ_g, no std
+    "gigpo_mean_norm": AdvantageSettings("gigpo", {"mode": "mean_norm"}),  # GiGPO without dividing by σ
+}
+"""The table's rows: every registered estimator with its defaults, and named variants (opt-in)."""
+VARIANTS = ("dr_grpo", "gigpo_mean_norm")
 QUICK = {"rounds": 2, "rollouts": {"tasks_per_round": 4, "group_size": 4}, "eval": {"num_tasks": 8}}
 THRESHOLD = 0.30
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -87,7 +93,7 @@ def task_config(
     merged["rollouts"] = {**base["rollouts"], **overrides.get("rollouts", {})}
     merged["eval"] = {**base["eval"], **overrides.get("eval", {})}
     config = from_dict(merged)
-    return replace(config, advantages=AdvantageSettings(estimator, ESTIMATOR_PARAMS.get(estimator, {})))
+    return replace(config, advantages=ESTIMATORS[estimator])
 
 
 def run(config: ExperimentConfig) -> dict:
@@ -185,7 +191,9 @@ def plot(results: dict[tuple[str, str, int], dict]) -> bytes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
-    parser.add_argument("--estimators", nargs="+", choices=available(), default=available())
+    parser.add_argument("--estimators", nargs="+", choices=list(ESTIMATORS),
+                        default=[e for e in ESTIMATORS if e not in VARIANTS],
+                        help=f"default: every registered estimator; variants: {', '.join(VARIANTS)}")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument(
         "--quick", action="store_true", help="2 rounds of 4 tasks × 4 samples, 1 seed: a smoke run"
