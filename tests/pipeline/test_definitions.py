@@ -25,7 +25,8 @@ def test_definitions_hold_the_round_graph_in_order():
     }
     upstream = {k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys} for k in keys}
     assert upstream["scores"] == {"episodes", "steps"}
-    assert upstream["advantages"] == {"steps", "scores"}
+    # episodes feed the credit picture (which episodes to draw), not the estimator
+    assert upstream["advantages"] == {"episodes", "steps", "scores"}
     assert upstream["checkpoint"] == {"steps", "advantages"}
     assert upstream["evaluation"] == {"checkpoint"}
     assert upstream["round_summary"] == {"evaluation"}
