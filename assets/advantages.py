@@ -7,7 +7,15 @@ import dagster as dg
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, persist_table, read_artifact, recorded_output
+from assets.persist import (
+    log_round,
+    lookup_artifact,
+    materialized,
+    read_checked,
+    record_table,
+    recorded_output,
+    write_table,
+)
 from creditline.advantages import params_hash
 from creditline.credit_plot import credit_episodes, credit_picture, credit_table
 from creditline.round import step_advantages
@@ -29,10 +37,11 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
     config = lineage.experiment(experiment)
     settings = config.advantages
     digest = params_hash(settings.estimator, settings.params)
-    with lineage.store().session():  # the lineage reads: one connection
-        episodes, _ = read_artifact(lineage, experiment, round_, "episodes")
-        steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
-        scores, scores_record = read_artifact(lineage, experiment, round_, "scores")
+    store = lineage.store()
+    with store.session():  # the lineage reads only
+        episodes_record = lookup_artifact(lineage, experiment, round_, "episodes")
+        steps_record = lookup_artifact(lineage, experiment, round_, "steps")
+        scores_record = lookup_artifact(lineage, experiment, round_, "scores")
         parents = [
             (steps_record.content_hash, "computed_from"),
             (scores_record.content_hash, "computed_from"),
@@ -40,6 +49,7 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         record = recorded_output(
             lineage, experiment, round_, "advantages", parents, meta={"params_hash": digest}
         )
+    episodes, steps, scores = (read_checked(r) for r in (episodes_record, steps_record, scores_record))
     frame = read_parquet(record.path) if record is not None else step_advantages(steps, scores, settings)
     credit = credit_table(episodes, steps, scores, frame, credit_episodes(episodes, steps))
     png = credit_picture(credit, settings.estimator, f"{experiment} round {round_}: credit per step")
@@ -50,24 +60,16 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         "std": float(frame["advantage"].std()),
         "nonzero_share": float((frame["advantage"] != 0).mean()),
     }
-    with lineage.store().session():  # the records: one connection
-        if record is None:  # else an earlier attempt got this far
-            record = persist_table(
-                context, lineage, frame, table="advantages", experiment=experiment, round_=round_,
-                meta={"estimator": settings.estimator, "params": settings.params, "params_hash": digest},
-                parents=parents,
-            )  # fmt: skip
-        log_round(
-            context,
-            lineage,
-            tracker,
-            config,
-            "advantages",
-            VERSION,
-            record,
-            metrics,
-            artifacts=[str(picture)],
-        )
+    if record is None:  # else an earlier attempt got this far
+        written = write_table(lineage, frame, table="advantages", experiment=experiment, round_=round_)
+        record = record_table(
+            context, lineage, written, kind="advantages", experiment=experiment, round_=round_,
+            meta={"estimator": settings.estimator, "params": settings.params, "params_hash": digest},
+            parents=parents,
+        )  # fmt: skip
+    log_round(
+        context, lineage, tracker, config, "advantages", VERSION, record, metrics, artifacts=[str(picture)]
+    )
     return materialized(
         record, estimator=settings.estimator, params_hash=digest, **metrics,
         credit_per_step=dg.MetadataValue.md(f"![credit per step](data:image/png;base64,{base64.b64encode(png).decode()})"),

@@ -10,7 +10,7 @@ check stops the round's downstream assets (no training on a bad table); the roun
 import dagster as dg
 
 from assets.partitions import ROUNDS, parse_round_key
-from creditline.lineage_chain import ParentCheckpointError, parent_checkpoint
+from creditline.lineage_chain import ParentCheckpointError, parent_record, verify_checkpoint
 from creditline.store import check_on_disk
 from resources import LineageResource
 
@@ -49,14 +49,18 @@ def parent_checkpoint_unchanged(
 ) -> dg.AssetCheckResult:
     experiment, round_ = parse_round_key(context.partition_key)
     store = lineage.store()
-    with store.session():
+    with store.session():  # the lineage reads only
         steps = store.artifact(experiment, round_, "steps")
-        if steps is None:
-            return dg.AssetCheckResult(passed=False, metadata={"problem": "no steps recorded"})
         try:
-            parent = parent_checkpoint(store, experiment, round_)
+            parent = None if steps is None else parent_record(store, experiment, round_)
         except ParentCheckpointError as exc:
             return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
+    if steps is None:
+        return dg.AssetCheckResult(passed=False, metadata={"problem": "no steps recorded"})
+    try:
+        verify_checkpoint(parent)
+    except ParentCheckpointError as exc:
+        return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
     recorded = steps.meta.get("parent_checkpoint")
     problem = {} if recorded == parent.content_hash else {
         "problem": f"the rollouts were recorded for parent {str(recorded)[:12]}, the parent on disk is "

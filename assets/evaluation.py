@@ -7,7 +7,7 @@ import dagster as dg
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, persist_table, recorded_output
+from assets.persist import log_round, materialized, record_table, recorded_output, write_table
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
 from creditline.policy import load_tokenizer
@@ -25,7 +25,7 @@ def _evaluate_policy(
     the experiment's evaluations up to this round (the learning curve so far)."""
     parents = [(policy.content_hash, "evaluates")]
     store = lineage.store()
-    with store.session():
+    with store.session():  # the lineage reads only
         record = recorded_output(lineage, config.name, round_, "evaluation", parents)
         history = [e for e in store.evaluations(config.name) if e.round <= round_]
         if record is not None and any(e.round == round_ and e.policy_hash == policy.content_hash
@@ -41,9 +41,10 @@ def _evaluate_policy(
     table = episodes[["episode_id", "task_id", "num_steps", "success", "env_return", "stop_reason"]].assign(
         policy_round=round_
     )
-    with store.session():
-        record = persist_table(context, lineage, table, table="evaluation", experiment=config.name,
-                               round_=round_, parents=parents, meta=vars(summary))  # fmt: skip
+    written = write_table(lineage, table, table="evaluation", experiment=config.name, round_=round_)
+    with store.session():  # the records only
+        record = record_table(context, lineage, written, kind="evaluation", experiment=config.name,
+                              round_=round_, parents=parents, meta=vars(summary))  # fmt: skip
         evaluation = store.record_evaluation(
             EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary))
         )
@@ -80,18 +81,9 @@ def evaluation(
     summary = dict(record.meta)
     baseline = history[0].success_rate
     metrics = {k: summary[k] for k in ("success_rate", "mean_return", "mean_steps", "invalid_action_rate")}
-    with store.session():
-        log_round(
-            context,
-            lineage,
-            tracker,
-            config,
-            "evaluation",
-            VERSION,
-            record,
-            metrics,
-            artifacts=[str(plot_path)],
-        )
+    log_round(
+        context, lineage, tracker, config, "evaluation", VERSION, record, metrics, artifacts=[str(plot_path)]
+    )
     return materialized(
         record, success_rate=summary["success_rate"], mean_return=summary["mean_return"],
         invalid_action_rate=summary["invalid_action_rate"], success_gain_over_initial=summary["success_rate"] - baseline,

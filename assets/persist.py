@@ -1,4 +1,10 @@
-"""What every round asset does at its boundary: read verified inputs, validate, write, record, report."""
+"""What every round asset does at its boundary: read verified inputs, validate, write, record, report.
+
+A stage's lineage reads, and its records, are bursts of DuckDB calls that may share one connection
+(`LineageStore.session`), which keeps the catalog locked against other processes while it is open. So the
+split: `lookup_artifact` and `recorded_output` touch only the catalog (inside the session); `read_checked`,
+`write_table` and `log_round` (files, hashing, schema validation, MLflow) run outside any session.
+"""
 
 from __future__ import annotations
 
@@ -10,25 +16,47 @@ import pandas as pd
 
 from creditline.config import ExperimentConfig
 from creditline.faults import failpoint
-from creditline.store import ArtifactRecord, RunRecord, check_on_disk, read_parquet, write_parquet_atomic
+from creditline.store import (
+    ArtifactRecord,
+    FileRecord,
+    RunRecord,
+    check_on_disk,
+    read_parquet,
+    write_parquet_atomic,
+)
+from creditline.store.lineage import FINGERPRINT
 from resources import LineageResource, TrackerResource
 from resources.tracker import SERIES_MARK
 from schemas import SCHEMAS, validate
 
 
-def read_artifact(lineage: LineageResource, experiment: str, round_: int, kind: str, variant: str = ""):
-    """A recorded table, checked before use: a file changed since it was recorded is refused.
-
-    The quick check (`check_on_disk(quick=True)`): a file with the size and mtime recorded with it is trusted
-    (its blocking check re-hashed it after it was written); any other is re-hashed."""
+def lookup_artifact(
+    lineage: LineageResource, experiment: str, round_: int, kind: str, variant: str = ""
+) -> ArtifactRecord:
+    """The recorded artifact (a lineage read only: the file is not touched)."""
     record = lineage.store().artifact(experiment, round_, kind, variant)
     if record is None:
         raise FileNotFoundError(
             f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
         )
+    return record
+
+
+def read_checked(record: ArtifactRecord) -> pd.DataFrame:
+    """A recorded table, checked before use: a file changed since it was recorded is refused.
+
+    The quick check (`check_on_disk(quick=True)`): a file with the fingerprint its writer took when it hashed the
+    bytes is trusted (the round tables' blocking checks re-hash them once more, `verify` re-hashes everything);
+    any other is re-hashed."""
     if problem := check_on_disk(record, quick=True):
         raise ValueError(problem.detail)
-    return read_parquet(record.path), record
+    return read_parquet(record.path)
+
+
+def read_artifact(lineage: LineageResource, experiment: str, round_: int, kind: str, variant: str = ""):
+    """(table, record): `lookup_artifact` then `read_checked`."""
+    record = lookup_artifact(lineage, experiment, round_, kind, variant)
+    return read_checked(record), record
 
 
 def recorded_output(
@@ -54,6 +82,52 @@ def recorded_output(
     return record
 
 
+def write_table(
+    lineage: LineageResource,
+    frame: pd.DataFrame,
+    *,
+    table: str,
+    experiment: str,
+    round_: int,
+    variant: str = "",
+) -> FileRecord:
+    """Validate against the table's schema and write it atomically to its place (not yet recorded)."""
+    frame = validate(SCHEMAS[table], frame, table)
+    return write_parquet_atomic(frame, lineage.table_path(experiment, round_, table, variant))
+
+
+def record_table(
+    context: dg.AssetExecutionContext | dg.OpExecutionContext,
+    lineage: LineageResource,
+    written: FileRecord,
+    *,
+    kind: str,
+    experiment: str,
+    round_: int,
+    variant: str = "",
+    parents: Sequence[tuple[str, str]] = (),
+    meta: dict | None = None,
+) -> ArtifactRecord:
+    """Record a table `write_table` wrote, with the fingerprint its writer took (a lineage write only)."""
+    on_disk = {FINGERPRINT: written.fingerprint} if written.fingerprint is not None else {}
+    record = lineage.store().record_artifact(
+        ArtifactRecord(
+            experiment=experiment,
+            round=round_,
+            kind=kind,
+            variant=variant,
+            path=written.path,
+            content_hash=written.content_hash,
+            rows=written.rows,
+            meta={**(meta or {}), **on_disk},
+            dagster_run_id=context.run_id,
+        ),
+        parents,
+    )
+    failpoint(f"after:{record.kind}")
+    return record
+
+
 def persist_table(
     context: dg.AssetExecutionContext | dg.OpExecutionContext,
     lineage: LineageResource,
@@ -67,25 +141,10 @@ def persist_table(
     parents: Sequence[tuple[str, str]] = (),
     meta: dict | None = None,
 ) -> ArtifactRecord:
-    """Validate against the table's schema, write it atomically to its place, record it in lineage."""
-    frame = validate(SCHEMAS[table], frame, table)
-    written = write_parquet_atomic(frame, lineage.table_path(experiment, round_, table, variant))
-    record = lineage.store().record_artifact(
-        ArtifactRecord(
-            experiment=experiment,
-            round=round_,
-            kind=kind or table,
-            variant=variant,
-            path=written.path,
-            content_hash=written.content_hash,
-            rows=written.rows,
-            meta=meta or {},
-            dagster_run_id=context.run_id,
-        ),
-        parents,
-    )
-    failpoint(f"after:{record.kind}")
-    return record
+    """Validate, write and record in one call (`write_table`, then `record_table`)."""
+    written = write_table(lineage, frame, table=table, experiment=experiment, round_=round_, variant=variant)
+    return record_table(context, lineage, written, kind=kind or table, experiment=experiment, round_=round_,
+                        variant=variant, parents=parents, meta=meta)  # fmt: skip
 
 
 def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadata) -> dg.MaterializeResult:

@@ -13,8 +13,8 @@ import dagster as dg
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, persist_table, recorded_output
-from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint, verify_checkpoint
+from assets.persist import log_round, materialized, record_table, recorded_output, write_table
+from creditline.lineage_chain import ensure_initial_policy, parent_record, verify_checkpoint
 from creditline.policy import load_tokenizer
 from creditline.round import generate_rollouts
 from creditline.store import read_parquet
@@ -53,10 +53,12 @@ def rollouts(
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
     store = lineage.store()
-    with store.session():  # the lineage reads: one connection
+    if round_ == 1:  # built (or registered) on first use, outside any lineage session
         ensure_initial_policy(store, config, lineage.checkpoint_dir(experiment, 0))
-        parent = parent_checkpoint(store, experiment, round_)
+    with store.session():  # the lineage reads only
+        parent = parent_record(store, experiment, round_)
         source = store.artifact(experiment, round_, "source")
+    verify_checkpoint(parent)
     if source is None and config.verifiers.env_id:  # a verifiers environment plays the round
         with tempfile.TemporaryDirectory() as scratch:
             run = play_with_verifiers(config, round_, parent.path, Path(scratch) / "run")
@@ -69,7 +71,7 @@ def rollouts(
         if source is None
         else [(source.content_hash, "imported_from")]
     )
-    with store.session():
+    with store.session():  # the lineage reads only
         episodes = recorded_output(lineage, experiment, round_, "episodes", generated_by)
         steps = recorded_output(lineage, experiment, round_, "steps", generated_by)
     if episodes is not None and steps is not None:  # an earlier attempt got this far
@@ -88,14 +90,18 @@ def rollouts(
         "steps_per_episode": float(episode_table["num_steps"].mean()),
         "truncated_completion_rate": _truncated_completions(step_table),
     }
-    with store.session():  # the records: one connection
-        if steps is None or episodes is None:  # else an earlier attempt got this far
-            imported = {} if source is None else {"imported": source.meta.get("format")}
-            common = dict(experiment=experiment, round_=round_, parents=generated_by)
-            episodes = persist_table(context, lineage, episode_table, table="episodes", **common)
-            steps = persist_table(context, lineage, step_table, table="steps",
-                                  meta={"parent_checkpoint": parent.content_hash, **imported}, **common)  # fmt: skip
-        log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
+    if steps is None or episodes is None:  # else an earlier attempt got this far
+        imported = {} if source is None else {"imported": source.meta.get("format")}
+        common = dict(experiment=experiment, round_=round_)
+        written = [write_table(lineage, episode_table, table="episodes", **common),
+                   write_table(lineage, step_table, table="steps", **common)]  # fmt: skip
+        with store.session():  # the records only
+            episodes = record_table(
+                context, lineage, written[0], kind="episodes", parents=generated_by, **common
+            )
+            steps = record_table(context, lineage, written[1], kind="steps", parents=generated_by,
+                                 meta={"parent_checkpoint": parent.content_hash, **imported}, **common)  # fmt: skip
+    log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
     context.log.info(
         f"{experiment} round {round_}: {len(episode_table)} episodes, {len(step_table)} steps, "
         f"success {metrics['success_rate']:.3f}, "

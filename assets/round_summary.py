@@ -32,25 +32,24 @@ def round_summary(context: dg.AssetExecutionContext, lineage: LineageResource, t
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
     store = lineage.store()
-    with store.session():  # one connection for the round's reads and its commit
-        recorded = {a.kind: a for a in store.artifacts(experiment, round_) if a.variant == ""}  # one query
-        records = {kind: recorded.get(kind) for kind in ROUND_KINDS}
-        if missing := sorted(kind for kind, record in records.items() if record is None):
-            raise ValueError(
-                f"{experiment} round {round_}: {missing} not recorded; the round cannot be committed"
-            )
-        run_id = tracker.round_run(store, experiment, round_, config.to_dict())
-        parent = tracker.experiment_run(store, experiment, config.to_dict())
-        metrics = {
-            k: v for k, v in tracker.client().get_run(run_id).data.metrics.items() if SERIES_MARK not in k
-        }  # series stay on the round's run
-        if not tracker.logged_at_step(parent, "evaluation/success_rate", round_):
-            tracker.log(parent, metrics=metrics, step=round_)
-        tracker.close(run_id)
-        tracker.close(parent)
-        failpoint("commit:round")
-        hashes = {kind: record.content_hash for kind, record in records.items() if record is not None}
-        commit = record_round_commit(store, RoundCommit(experiment, round_, context.run_id, run_id, hashes))
+    recorded = {a.kind: a for a in store.artifacts(experiment, round_) if a.variant == ""}  # one query
+    records = {kind: recorded.get(kind) for kind in ROUND_KINDS}
+    if missing := sorted(kind for kind, record in records.items() if record is None):
+        raise ValueError(
+            f"{experiment} round {round_}: {missing} not recorded; the round cannot be committed"
+        )
+    run_id = tracker.round_run(store, experiment, round_, config.to_dict())
+    parent = tracker.experiment_run(store, experiment, config.to_dict())
+    metrics = {
+        k: v for k, v in tracker.client().get_run(run_id).data.metrics.items() if SERIES_MARK not in k
+    }  # series stay on the round's run
+    if not tracker.logged_at_step(parent, "evaluation/success_rate", round_):
+        tracker.log(parent, metrics=metrics, step=round_)
+    tracker.close(run_id)
+    tracker.close(parent)
+    failpoint("commit:round")
+    hashes = {kind: record.content_hash for kind, record in records.items() if record is not None}
+    commit = record_round_commit(store, RoundCommit(experiment, round_, context.run_id, run_id, hashes))
     return dg.MaterializeResult(
         data_version=dg.DataVersion(config_hash(commit.artifacts)),
         metadata={"mlflow_run_id": run_id, "mlflow_parent_run_id": parent, "artifacts": len(hashes),

@@ -4,7 +4,15 @@ import dagster as dg
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, persist_table, read_artifact, recorded_output
+from assets.persist import (
+    log_round,
+    lookup_artifact,
+    materialized,
+    read_checked,
+    record_table,
+    recorded_output,
+    write_table,
+)
 from creditline.round import score_rollouts
 from creditline.rubrics import get_rubric
 from creditline.store import read_parquet, record_rubrics
@@ -25,21 +33,28 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
     config = lineage.experiment(experiment)
     rubric = get_rubric(config.rubric)
     meta = {"rubric_version": rubric.version}
-    with lineage.store().session():  # the lineage reads: one connection
-        episodes, episodes_record = read_artifact(lineage, experiment, round_, "episodes")
-        steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
+    store = lineage.store()
+    with store.session():  # the lineage reads only
+        episodes_record = lookup_artifact(lineage, experiment, round_, "episodes")
+        steps_record = lookup_artifact(lineage, experiment, round_, "steps")
         parents = [(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")]
         record = recorded_output(lineage, experiment, round_, "scores", parents, meta=meta)
+    episodes, steps = read_checked(episodes_record), read_checked(steps_record)
     frame = read_parquet(record.path) if record is not None else score_rollouts(config, episodes, steps)
     episode_reward = frame.drop_duplicates("episode_id")["episode_reward"]
     metrics = {
         "episode_reward_mean": float(episode_reward.mean()),
         "episode_reward_std": float(episode_reward.std()),
     }
-    with lineage.store().session():  # the records: one connection
-        if record is None:  # else an earlier attempt got this far
-            record = persist_table(context, lineage, frame, table="scores", experiment=experiment,
-                                   round_=round_, meta=meta, parents=parents)  # fmt: skip
-        record_rubrics(lineage.store(), [rubric])  # the version stays a re-score partition
-        log_round(context, lineage, tracker, config, "scores", VERSION, record, metrics)
+    written = (
+        None
+        if record is not None
+        else write_table(lineage, frame, table="scores", experiment=experiment, round_=round_)
+    )
+    with store.session():  # the records only
+        if written is not None:  # else an earlier attempt got this far
+            record = record_table(context, lineage, written, kind="scores", experiment=experiment,
+                                  round_=round_, meta=meta, parents=parents)  # fmt: skip
+        record_rubrics(store, [rubric])  # the version stays a re-score partition
+    log_round(context, lineage, tracker, config, "scores", VERSION, record, metrics)
     return materialized(record, rubric_version=rubric.version, **metrics)

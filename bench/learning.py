@@ -8,7 +8,10 @@ measured before round 1 and after every round.
 
 Tasks (`TASKS`):
     shaped-maze   the default experiment: 5×5 key-and-door maze, progress shaping 0.1 (per-step signal)
-    sparse-maze   the same maze, success reward only (the case step-level credit is meant for)
+    sparse-maze   the same maze, success reward only (the case step-level credit is meant for); an invalid
+                  completion still costs 0.1
+    sparse-no-penalty  the sparse maze without that cost: an all-fail group's returns are all equal (the
+                  diagnosis of why σ-normalised estimators fail the sparse maze, see the README)
     long-maze     7×7, 28 steps, shaped: a longer horizon, where more states recur across a group
     single-turn   arithmetic, one step per episode: every estimator's groups are the trajectory groups,
                   so step-level grouping should change nothing (the control)
@@ -63,6 +66,8 @@ TASKS: dict[str, dict] = {
     "shaped-maze": {"rounds": 15},
     "sparse-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}},
     "long-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "size": 7, "max_steps": 28}}},
+    "sparse-no-penalty": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0,
+                                                                           "invalid_penalty": 0.0}}},
     "single-turn": {"rounds": 15, "env": {"name": "arithmetic", "params": {"max_operand": 4}}},
 }
 """Each task's overrides of the default experiment (the default's own `rounds` is the most a config allows)."""

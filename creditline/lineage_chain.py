@@ -15,9 +15,7 @@ from pathlib import Path
 
 from creditline.config import ExperimentConfig
 from creditline.initial_policy import build_initial_policy
-from creditline.store import ArtifactRecord, LineageStore, check_on_disk, directory_manifest
-from creditline.store.files import manifest_hash
-from creditline.store.lineage import MANIFEST
+from creditline.store import ArtifactRecord, LineageStore, check_on_disk, hashed_folder
 
 
 class ParentCheckpointError(RuntimeError):
@@ -39,14 +37,8 @@ def ensure_initial_policy(
     return store.record_initial_policy(config.name, str(folder), content_hash, meta={**meta, **manifest})
 
 
-def hashed_folder(folder: str | Path) -> tuple[str, dict]:
-    """(content hash, {"files": per-file sha256}) of a checkpoint folder just written: its one full hash."""
-    manifest = directory_manifest(folder)
-    return manifest_hash(manifest), {MANIFEST: manifest}
-
-
-def parent_checkpoint(store: LineageStore, experiment: str, round_: int) -> ArtifactRecord:
-    """The checkpoint that generates round `round_`'s rollouts, verified against its recorded hash."""
+def parent_record(store: LineageStore, experiment: str, round_: int) -> ArtifactRecord:
+    """The recorded checkpoint that generates round `round_`'s rollouts (a lineage read: the disk is not checked)."""
     if round_ < 1:
         raise ValueError(f"rounds start at 1 (round 0 is the initial policy), got {round_}")
     record = (
@@ -57,6 +49,12 @@ def parent_checkpoint(store: LineageStore, experiment: str, round_: int) -> Arti
     if record is None:
         which = "the initial policy" if round_ == 1 else f"round {round_ - 1}'s checkpoint"
         raise ParentCheckpointError(f"{experiment} round {round_}: {which} is not in the lineage store yet")
+    return record
+
+
+def parent_checkpoint(store: LineageStore, experiment: str, round_: int) -> ArtifactRecord:
+    """The checkpoint that generates round `round_`'s rollouts, verified against its recorded hash."""
+    record = parent_record(store, experiment, round_)
     verify_checkpoint(record)
     return record
 

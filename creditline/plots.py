@@ -20,7 +20,9 @@ def success_by_round(rounds: list[int], success: list[float], mean_return: list[
     axis.set_title(title, fontsize=9)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8, loc="upper left")
-    figure.subplots_adjust(left=0.11, right=0.97, top=0.9, bottom=0.15)  # fixed margins: tight_layout doubles the cost
+    figure.subplots_adjust(
+        left=0.11, right=0.97, top=0.9, bottom=0.15
+    )  # fixed margins: tight_layout doubles the cost
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
     plt.close(figure)

@@ -108,6 +108,10 @@ def pack(
             :1
         ].tolist():
             raise ValueError(f"step row {bad[0]}: completion_ids and {name} differ in length")
+    if bad := np.flatnonzero((n_p == 0) & (n_c > 0))[:1].tolist():
+        raise ValueError(
+            f"step row {bad[0]}: empty prompt_ids (the first completion token has nothing to predict it)"
+        )
     length = int((n_p + n_c).max())
     # every row's tokens laid end to end, and the (row, column) each one goes to
     tokens = np.fromiter(itertools.chain.from_iterable(itertools.chain(p, c) for p, c in

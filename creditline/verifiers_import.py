@@ -25,7 +25,7 @@ from pathlib import Path
 
 from creditline.imported_rollouts import ImportedRollout, SourceError, read_json_lines, rollout_tables
 from creditline.rollout import RolloutTables
-from creditline.store import ArtifactRecord, LineageStore, atomic_directory, hash_file, hash_path
+from creditline.store import ArtifactRecord, LineageStore, atomic_directory, hash_file, hashed_folder
 from creditline.verifiers_classic import METADATA, RESULTS, read_classic, read_metadata
 from creditline.verifiers_v1 import TRACES, read_v1
 
@@ -94,9 +94,9 @@ def read_source(path: str | Path) -> Source:
     return Source(fmt, rollouts_file, (rollouts_file, *extras), read_v1(rollouts_file), {})
 
 
-def stage_source(source: Source, folder: Path) -> str:
+def stage_source(source: Source, folder: Path) -> tuple[str, dict]:
     """Copy the source's files into `folder` (atomically; the rollouts file under its canonical name) and
-    return the folder's content hash."""
+    return the folder's content hash and on-disk meta (`store.hashed_folder`)."""
     root = source.rollouts_file.parent
     with atomic_directory(folder) as tmp:
         for path in source.files:
@@ -104,7 +104,7 @@ def stage_source(source: Source, folder: Path) -> str:
                 else path.relative_to(root).as_posix()  # fmt: skip
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, tmp / name)
-    return hash_path(folder)
+    return hashed_folder(folder)
 
 
 def source_tables(source: Source, experiment: str, round_: int) -> RolloutTables:
@@ -134,8 +134,9 @@ def record_source(
 ) -> ArtifactRecord:
     """Stage the source's files as round `round_`'s "source" artifact: a root of lineage when imported,
     `generated_by` the parent checkpoint when a verifiers environment played it (`verifiers_source`)."""
-    content_hash = stage_source(source, folder)
+    content_hash, on_disk = stage_source(source, folder)
     return store.record_artifact(ArtifactRecord(
         experiment=experiment, round=round_, kind="source", path=str(folder), content_hash=content_hash,
-        rows=sum(len(r.steps) for r in source.rollouts), meta=source.describe(), dagster_run_id=dagster_run_id,
+        rows=sum(len(r.steps) for r in source.rollouts), meta={**source.describe(), **on_disk},
+        dagster_run_id=dagster_run_id,
     ), parents)  # fmt: skip

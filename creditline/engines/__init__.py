@@ -16,8 +16,9 @@ def make_engine(
     kind: str, folder: str | Path, device: str = "cpu", vllm_settings=None, content_hash: str | None = None
 ) -> Engine:
     """`kind` is "torch" or "vllm"; both load the same HF checkpoint folder. vLLM engines are shared
-    within a process (`VLLMEngine.shared`); `vllm_settings` is a `VLLMSettings`. A torch engine for a folder
-    given with its recorded `content_hash` is kept until the next one (or `release_generation_memory`)."""
+    within a process (`VLLMEngine.shared`, reloaded when the folder or its `content_hash` changes); `vllm_settings`
+    is a `VLLMSettings`. A torch engine for a folder given with its recorded `content_hash` is kept until the next
+    one (or `release_generation_memory`)."""
     if kind == "torch":
         if content_hash is None:
             return TorchEngine.from_checkpoint(folder, device)
@@ -29,7 +30,7 @@ def make_engine(
     if kind == "vllm":
         from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings
 
-        return VLLMEngine.shared(folder, vllm_settings or VLLMSettings())
+        return VLLMEngine.shared(folder, vllm_settings or VLLMSettings(), content_hash)
     raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
 
 

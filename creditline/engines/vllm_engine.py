@@ -55,6 +55,8 @@ class VLLMEngine:
             enable_sleep_mode=True,
         )
         self.folder = str(folder)
+        self.content_hash: str | None = None
+        """The recorded hash of the weights loaded, when the caller gave it."""
         self.asleep = False
         self.eos_token_id = self.llm.get_tokenizer().eos_token_id
 
@@ -64,19 +66,23 @@ class VLLMEngine:
         return self.llm.llm_engine.model_config.max_model_len
 
     @classmethod
-    def shared(cls, folder: str | Path, settings: VLLMSettings = VLLMSettings()) -> VLLMEngine:
-        """This process's engine for `folder`'s architecture and `settings`, awake, with `folder`'s weights."""
+    def shared(
+        cls, folder: str | Path, settings: VLLMSettings = VLLMSettings(), content_hash: str | None = None
+    ) -> VLLMEngine:
+        """This process's engine for `folder`'s architecture and `settings`, awake, with `folder`'s weights
+        (those recorded as `content_hash`, when given: a folder re-written since it was loaded is reloaded)."""
         key = (_architecture(folder), settings)
         engine = cls._shared.get(key)
         if engine is None:
             engine = cls._shared[key] = cls(folder, settings)
+            engine.content_hash = content_hash
         else:
-            engine.load(folder)
+            engine.load(folder, content_hash)
         return engine
 
-    def load(self, folder: str | Path) -> None:
+    def load(self, folder: str | Path, content_hash: str | None = None) -> None:
         """Wake up with the weights of `folder` (a checkpoint of the same architecture)."""
-        if str(folder) == self.folder and not self.asleep:
+        if (str(folder), content_hash) == (self.folder, self.content_hash) and not self.asleep:
             return
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
@@ -85,7 +91,7 @@ class VLLMEngine:
             self.llm.wake_up(tags=["kv_cache"])
         else:
             self.llm.reset_prefix_cache()  # cached KV blocks belong to the old weights
-        self.folder, self.asleep = str(folder), False
+        self.folder, self.content_hash, self.asleep = str(folder), content_hash, False
 
     def release(self) -> None:
         """Free the GPU memory of weights and KV cache (level-2 sleep) until the next `load`."""

@@ -20,7 +20,13 @@ from creditline.store.files import (
     write_json_atomic,
     write_parquet_atomic,
 )
-from creditline.store.lineage import INITIAL_POLICY_KIND, INITIAL_POLICY_VARIANT, LineageStore, check_on_disk
+from creditline.store.lineage import (
+    INITIAL_POLICY_KIND,
+    INITIAL_POLICY_VARIANT,
+    LineageStore,
+    check_on_disk,
+    hashed_folder,
+)
 from creditline.store.orphans import Orphan, find_orphans, orphan_problems, remove_orphans
 from creditline.store.records import (
     ArtifactRecord,
@@ -65,6 +71,7 @@ __all__ = [
     "hash_directory",
     "hash_file",
     "hash_path",
+    "hashed_folder",
     "is_lock_error",
     "orphan_problems",
     "read_parquet",

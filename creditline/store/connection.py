@@ -89,10 +89,22 @@ def held_connection(path: str, policy: RetryPolicy) -> Iterator[duckdb.DuckDBPyC
     """
     with _THREADS:
         con = _with_retry(path, lambda: duckdb.connect(path), policy)
+        _HELD.paths = [*getattr(_HELD, "paths", []), path]
         try:
             yield con
         finally:
+            _HELD.paths = _HELD.paths[:-1]
             con.close()
+
+
+_HELD = threading.local()
+""".paths: the catalogs whose connection this thread holds open (`held_connection`)."""
+
+
+def holding() -> list[str]:
+    """The catalog files this thread keeps locked right now (open `held_connection` blocks): for asserting that
+    no slow work (files, hashing, MLflow, training) runs while other processes are locked out."""
+    return list(getattr(_HELD, "paths", []))
 
 
 def _with_retry(path: str, attempt: Callable[[], T], policy: RetryPolicy) -> T:

@@ -84,21 +84,27 @@ def hash_directory(path: PathLike) -> str:
 
 
 def stat_fingerprint(path: PathLike) -> dict[str, list[int]]:
-    """{relative posix path: [size, mtime_ns]} of a file ("" for the file itself) or of every file in a folder.
+    """{relative posix path: [size, mtime_ns, inode, ctime_ns]} of a file ("" for the file itself) or of every
+    file in a folder.
 
-    Recorded when an artifact is recorded; a reader that finds the same fingerprint trusts the recorded hash
-    instead of re-reading the bytes (`lineage.check_on_disk(quick=True)`), as git trusts its index. Any
-    ordinary write changes a file's mtime; a copy of the data root that does not keep mtimes only costs a
-    re-hash. Raises ``FileNotFoundError`` if ``path`` is neither a file nor a folder.
+    Taken by the writer right after it hashed the bytes, and recorded with the artifact; a reader that finds the
+    same fingerprint trusts the recorded hash instead of re-reading the bytes (`lineage.check_on_disk(quick=True)`),
+    as git trusts its index. Any write changes mtime and ctime; a file replaced by a rename has another inode;
+    ``utime`` can restore an mtime but not the ctime. A copy of the data root only costs a re-hash. Raises
+    ``FileNotFoundError`` if ``path`` is neither a file nor a folder.
     """
     p = Path(path)
     if p.is_file():
-        stat = p.stat()
-        return {"": [stat.st_size, stat.st_mtime_ns]}
+        return {"": _fingerprint(p.stat())}
     if p.is_dir():
-        return {f.relative_to(p).as_posix(): [(st := f.stat()).st_size, st.st_mtime_ns]
-                for f in sorted(p.rglob("*")) if f.is_file()}  # fmt: skip
+        return {
+            f.relative_to(p).as_posix(): _fingerprint(f.stat()) for f in sorted(p.rglob("*")) if f.is_file()
+        }
     raise FileNotFoundError(f"no file or directory at {p}")
+
+
+def _fingerprint(stat: os.stat_result) -> list[int]:
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns]
 
 
 def hash_path(path: PathLike) -> str:
@@ -171,9 +177,11 @@ def _to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
 
 
 def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: PathLike) -> FileRecord:
-    """Write a table as Parquet atomically with deterministic bytes; return its path, hash and size.
+    """Write a table as Parquet atomically with deterministic bytes; return its path, hash, size and fingerprint.
 
-    The hash is taken from the temp file before the rename, so it describes exactly the bytes that land.
+    The hash is taken from the temp file before the rename, so it describes exactly the bytes that land. The
+    fingerprint is the landed file's, and only if it is still the inode that was hashed (a writer that replaced
+    it in between leaves None: readers re-hash).
     """
     table = _to_arrow(frame)
     final = Path(path).absolute()
@@ -182,8 +190,14 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: PathLike) -> File
         fh.flush()
         os.fsync(fh.fileno())
         content_hash = hash_file(tmp)
-        size = os.fstat(fh.fileno()).st_size
-    return FileRecord(path=str(final), content_hash=content_hash, rows=table.num_rows, bytes=size)
+        hashed = os.fstat(fh.fileno())
+    landed = final.stat()
+    fingerprint = (
+        {"": _fingerprint(landed)}
+        if landed.st_ino == hashed.st_ino and landed.st_dev == hashed.st_dev
+        else None
+    )
+    return FileRecord(str(final), content_hash, table.num_rows, hashed.st_size, fingerprint)
 
 
 def read_parquet(path: PathLike) -> pd.DataFrame:

@@ -229,15 +229,12 @@ class LineageStore:
         new hash, and of the hash it replaced, are rebuilt as the union of the parents declared by the rows
         that carry that hash (none: the replaced hash's edges go). Raises ``ValueError`` if two rows of one
         hash declare one parent with different relations. Returns the stored record (with ``created_at``,
-        sorted ``parents`` and, for a path that exists, its stat fingerprint in ``meta["on_disk"]``).
+        sorted ``parents``). A ``meta["on_disk"]`` fingerprint must come from the writer, taken when it
+        hashed the bytes (`FileRecord.fingerprint`, `hashed_folder`): only then does it vouch
+        for them.
         """
         edges = _checked_parents(artifact.content_hash, artifact.parents if parents is None else parents)
-        meta = dict(artifact.meta)
-        if FINGERPRINT not in meta and os.path.exists(
-            artifact.path
-        ):  # what `check_on_disk(quick=True)` trusts
-            meta[FINGERPRINT] = stat_fingerprint(artifact.path)
-        stored = dataclasses.replace(artifact, meta=meta, created_at=_now(), parents=tuple(edges))
+        stored = dataclasses.replace(artifact, created_at=_now(), parents=tuple(edges))
         key = [stored.experiment, stored.round, stored.kind, stored.variant]
 
         def work(con: duckdb.DuckDBPyConnection) -> None:
@@ -496,9 +493,18 @@ _EDGE_DETAILS = {
 
 
 FINGERPRINT = "on_disk"
-"""Meta key of an artifact's `files.stat_fingerprint`, taken when it is recorded."""
-MANIFEST = "files"
+"""Meta key of an artifact's `files.stat_fingerprint`, taken by its writer when it hashed the bytes."""
+MANIFEST = "file_hashes"
 """Meta key of a folder artifact's `files.directory_manifest` (per-file sha256), taken when it was hashed."""
+
+
+def hashed_folder(folder: str | Path) -> tuple[str, dict]:
+    """(content hash, meta) of a folder just written: its one full hash, with the per-file hashes (`MANIFEST`)
+    and, if no file changed while it was read, the stat fingerprint that lets readers trust it (`FINGERPRINT`)."""
+    before = stat_fingerprint(folder)
+    manifest = directory_manifest(folder)
+    trusted = {FINGERPRINT: before} if stat_fingerprint(folder) == before else {}
+    return manifest_hash(manifest), {MANIFEST: manifest, **trusted}
 
 
 def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None:
@@ -506,23 +512,27 @@ def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None
 
     The one place that checks an artifact against the disk. Full (the default: ``verify``, the audit, the
     blocking checks on tables): the bytes are re-hashed. ``quick`` (readers inside a round, the parent
-    checkpoint's check): an artifact whose files still have the size and mtime recorded with it
-    (`files.stat_fingerprint`) is trusted without reading its bytes; any other is re-hashed. A folder
+    checkpoint's check): an artifact whose files still have the fingerprint its writer recorded (size, mtime,
+    inode, ctime: `files.stat_fingerprint`) is trusted without reading its bytes; any other is re-hashed. A folder
     recorded with its manifest names the files that changed.
     """
     where = _describe(record.experiment, record.round, record.kind, record.variant)
     if not os.path.exists(record.path):
         detail = f"{where} ({record.content_hash[:12]}): {record.path} does not exist"
         return Problem("missing", record.path, record.content_hash, None, detail)
-    if quick and record.meta.get(FINGERPRINT) == stat_fingerprint(record.path):
+    if (
+        quick
+        and record.meta.get(FINGERPRINT) is not None
+        and record.meta[FINGERPRINT] == stat_fingerprint(record.path)
+    ):
         return None
-    manifest = record.meta.get(MANIFEST)
+    manifest = record.meta.get(MANIFEST) if isinstance(record.meta.get(MANIFEST), dict) else None
     now = directory_manifest(record.path) if manifest and os.path.isdir(record.path) else None
     actual = manifest_hash(now) if now is not None else hash_path(record.path)
     if actual != record.content_hash:
         changed = (
             sorted(set(now) ^ set(manifest) | {f for f in now if manifest.get(f, now[f]) != now[f]})
-            if now
+            if now is not None
             else []
         )
         which = f" ({', '.join(changed[:5])}{' …' if len(changed) > 5 else ''})" if changed else ""

@@ -45,3 +45,16 @@ def test_the_grpo_column_is_the_rounds_grpo_and_tokens_carry_their_steps_advanta
         assert row.advantage == mine[(row.episode_id, row.step_idx)]
         assert row.completion_advantages == [row.advantage] * (row.step_idx + 1)
     assert credit_picture(table, "gigpo", "a round").startswith(b"\x89PNG")
+
+
+def test_on_an_imported_round_the_grpo_column_ignores_the_sources_preset_advantages():
+    episodes, steps, scores = _round()
+    imported = steps.assign(preset_advantage=[9.0, float("nan")] * 6)  # the source set every first step's
+    preset = step_advantages(imported, scores, GRPO)
+    assert (preset.loc[preset["step_idx"] == 0, "advantage"] == 9.0).all()  # the round keeps them
+    table = credit_table(episodes, imported, scores, preset, credit_episodes(episodes, steps))
+    whole = step_advantages(steps, scores, GRPO).set_index(["episode_id", "step_idx"])["advantage"]
+    assert [row.grpo for row in table.itertuples()] == [
+        whole[(r.episode_id, r.step_idx)] for r in table.itertuples()
+    ]
+    assert (table.loc[table["step_idx"] == 0, "advantage"] == 9.0).all()

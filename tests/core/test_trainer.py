@@ -54,6 +54,8 @@ def test_pack_places_targets_after_the_prompt():
     assert batch.advantages[0, 2] == 1.0
     with pytest.raises(ValueError, match="step row 0"):
         pack([[1]], [[2, 3]], [[-0.1]], [[1.0, 1.0]], pad_token_id=0)
+    with pytest.raises(ValueError, match="step row 1: empty prompt_ids"):
+        pack([[1], []], [[2], [3]], [[-0.1], [-0.1]], [[1.0], [1.0]], pad_token_id=0)
 
 
 def test_micro_batches_fit_the_budget_and_cover_every_row_once():

@@ -136,3 +136,42 @@ def test_a_round_hashes_each_artifact_once_and_loads_each_model_once(tmp_path, m
         temps = [p for p in hashed if Path(p).name.startswith(f".{table}.parquet.tmp-")]
         assert hashed[final] == 1 and len(temps) == 1, (table, hashed)  # written (as its temp) + its check
     assert loads == ["r001", "r002"]  # the trainer loads the parent; the evaluation the new checkpoint
+
+
+def test_no_slow_work_runs_while_the_catalog_is_locked(tmp_path, monkeypatch):
+    """A lineage session locks the DuckDB file against every other process (the sensor, the UI, another
+    experiment's round, the lease heartbeat's thread): it may hold lineage calls only. Reading or writing a
+    table, hashing, validating, MLflow and training all run outside it; rounds 1 (which builds the initial
+    policy) and 2, through Dagster."""
+    import importlib
+
+    import mlflow
+    import pyarrow.parquet as pq
+
+    from creditline.store import connection, files
+
+    locked_during: list[str] = []
+
+    def watched(owner, name):
+        real = getattr(owner, name)
+
+        def call(*args, **kwargs):
+            if connection.holding():
+                locked_during.append(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, call)
+
+    watched(files, "hash_file")
+    watched(pq, "write_table")
+    watched(pq, "read_table")
+    for name in ("log_batch", "log_artifact", "get_run", "create_run", "set_terminated", "search_runs"):
+        watched(mlflow.MlflowClient, name)
+    persist = importlib.import_module("assets.persist")
+    watched(persist, "validate")
+    watched(importlib.import_module("assets.checkpoint"), "train_policy")
+    watched(importlib.import_module("creditline.lineage_chain"), "build_initial_policy")
+    with dg.instance_for_test() as instance:
+        for round_ in (1, 2):
+            assert run_round(tmp_path, "unlocked", round_, instance)[0].success
+    assert locked_during == []
