@@ -66,8 +66,10 @@ TASKS: dict[str, dict] = {
     "shaped-maze": {"rounds": 15},
     "sparse-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}},
     "long-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "size": 7, "max_steps": 28}}},
-    "sparse-no-penalty": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0,
-                                                                           "invalid_penalty": 0.0}}},
+    "sparse-no-penalty": {
+        "rounds": 20,
+        "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0, "invalid_penalty": 0.0}},
+    },
     "single-turn": {"rounds": 15, "env": {"name": "arithmetic", "params": {"max_operand": 4}}},
 }
 """Each task's overrides of the default experiment (the default's own `rounds` is the most a config allows)."""
