@@ -10,11 +10,13 @@ Tasks (`TASKS`):
     shaped-maze   the default experiment: 5×5 key-and-door maze, progress shaping 0.1 (per-step signal)
     sparse-maze   the same maze, success reward only (the case step-level credit is meant for); an invalid
                   completion still costs 0.1
-    sparse-no-penalty  the sparse maze without that cost: an all-fail group's returns are all equal (the
-                  diagnosis of why σ-normalised estimators fail the sparse maze, see the README)
+
     long-maze     7×7, 28 steps, shaped: a longer horizon, where more states recur across a group
     single-turn   arithmetic, one step per episode: every estimator's groups are the trajectory groups,
                   so step-level grouping should change nothing (the control)
+
+Diagnoses of the sparse maze (`DIAGNOSES`, opt-in with `--tasks`): without the invalid-completion cost (an
+all-fail group's returns are then all equal), 40 rounds instead of 20, groups of 16 samples (32 tasks a round).
 
 Output in `--out` (default bench/results/): `learning.md` (per task and estimator: final success mean ± 95 %
 CI over seeds, rounds to +0.30 over the initial policy, wall time, episodes and tokens used), `learning.png`
@@ -66,13 +68,23 @@ TASKS: dict[str, dict] = {
     "shaped-maze": {"rounds": 15},
     "sparse-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}},
     "long-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "size": 7, "max_steps": 28}}},
-    "sparse-no-penalty": {
-        "rounds": 20,
-        "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0, "invalid_penalty": 0.0}},
-    },
     "single-turn": {"rounds": 15, "env": {"name": "arithmetic", "params": {"max_operand": 4}}},
 }
-"""Each task's overrides of the default experiment (the default's own `rounds` is the most a config allows)."""
+"""Each task's overrides of the default experiment."""
+SPARSE = {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}
+DIAGNOSES: dict[str, dict] = {
+    "sparse-no-penalty": {
+        "rounds": 20,
+        "env": {**SPARSE, "params": {**SPARSE["params"], "invalid_penalty": 0.0}},
+    },
+    "sparse-40-rounds": {"rounds": 40, "env": SPARSE},
+    "sparse-groups-of-16": {
+        "rounds": 20,
+        "env": SPARSE,
+        "rollouts": {"tasks_per_round": 32, "group_size": 16},
+    },
+}
+"""Why the sparse maze learns so little (opt-in, `--tasks`): one change each, at the same budget per round."""
 ESTIMATORS: dict[str, AdvantageSettings] = {
     **{name: AdvantageSettings(name, {}) for name in available()},
     "grpo": AdvantageSettings("grpo", {"norm_by_std": True}),  # as published: normalised by the group's std
@@ -93,7 +105,7 @@ def task_config(
     """The experiment a run plays: the default (or `base`, a user's config) with the task's overrides, the
     estimator and the seed."""
     base = base or DEFAULT
-    overrides = dict(TASKS.get(task, {}))
+    overrides = dict({**TASKS, **DIAGNOSES}.get(task, {}))
     if quick:
         overrides = {**overrides, **QUICK}
     merged = {**base, **overrides, "name": f"bench-{task}-{estimator}".replace("_", "-"), "seed": seed}
@@ -166,8 +178,12 @@ def plot(results: dict[tuple[str, str, int], dict]) -> bytes:
     from creditline.plots import plt
 
     tasks = list(dict.fromkeys(k[0] for k in results))
-    figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), dpi=100, squeeze=False)
-    for axis, task in zip(axes[0], tasks, strict=True):
+    columns = min(4, len(tasks))
+    rows = math.ceil(len(tasks) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), dpi=100, squeeze=False)
+    for axis in axes.flat[len(tasks) :]:
+        axis.set_visible(False)
+    for axis, task in zip(axes.flat, tasks, strict=False):
         seeds = {
             e: sum(k[:2] == (task, e) for k in results)
             for e in dict.fromkeys(k[1] for k in results if k[0] == task)
@@ -176,18 +192,19 @@ def plot(results: dict[tuple[str, str, int], dict]) -> bytes:
             curves = [v["success"] for k, v in sorted(results.items()) if k[:2] == (task, estimator)]
             by_round = [mean_ci([c[r] for c in curves]) for r in range(min(map(len, curves)))]
             mean = [m for m, _ in by_round]
-            axis.plot(range(len(mean)), mean, label=estimator, linewidth=1.4)
-            axis.fill_between(
-                range(len(mean)), [m - h for m, h in by_round], [m + h for m, h in by_round], alpha=0.15
-            )
+            colour = f"C{list(ESTIMATORS).index(estimator) % 10}"  # one colour per estimator in every panel
+            axis.plot(range(len(mean)), mean, label=estimator, linewidth=1.4, color=colour)
+            axis.fill_between(range(len(mean)), [m - h for m, h in by_round], [m + h for m, h in by_round],
+                              alpha=0.15, color=colour)  # fmt: skip
         low, high = min(seeds.values()), max(seeds.values())
         axis.set_title(f"{task} ({low}{f'–{high}' if high > low else ''} seeds, 95 % CI)", fontsize=9)
         axis.xaxis.get_major_locator().set_params(integer=True)
         axis.set_xlabel("round (0 = initial policy)", fontsize=8)
         axis.set_ylim(-0.02, 1.02)
         axis.grid(alpha=0.3)
-    axes[0][0].set_ylabel("held-out success", fontsize=8)
-    axes[0][0].legend(fontsize=7, loc="upper left")
+        axis.legend(fontsize=6, loc="upper left")
+    for row in axes:
+        row[0].set_ylabel("held-out success", fontsize=8)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
@@ -197,7 +214,9 @@ def plot(results: dict[tuple[str, str, int], dict]) -> bytes:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", choices=[*TASKS, *DIAGNOSES],
+                        help=f"default: {', '.join(TASKS)} (with --report: every task on file); "
+                             f"diagnoses of the sparse maze: {', '.join(DIAGNOSES)}")  # fmt: skip
     parser.add_argument("--estimators", nargs="+", choices=list(ESTIMATORS),
                         default=[e for e in ESTIMATORS if e not in VARIANTS],
                         help=f"default: every registered estimator; variants: {', '.join(VARIANTS)}")  # fmt: skip
@@ -213,7 +232,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     bases = {args.config.stem: load_config(args.config).to_dict()} if args.config else {}
-    tasks = list(bases) if args.config else args.tasks
+    tasks = list(bases) if args.config else args.tasks or [*TASKS, *(DIAGNOSES if args.report else ())]
     torch.set_num_threads(args.threads)
     seeds = args.seeds[:1] if args.quick else args.seeds
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
