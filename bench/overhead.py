@@ -12,13 +12,23 @@ Round 1 is left out of the share: it also builds the initial policy, evaluates i
 the process's one-time imports (MLflow alone is ~1.5 s). The replayed checkpoint must hash to the one the
 Dagster round recorded (same seed, same code path); the bench says so, or stops.
 
-    .venv/bin/python bench/overhead.py [--rounds 5] [--data-root DIR]
+The bench also runs a hollow job of the round job's shape (the same assets, blocking checks and gpu pool, on a
+dynamic partition, against an instance configured as `make run`'s) whose bodies do nothing: its wall time is
+what Dagster's own run costs here (planning, pool claims, the event log in sqlite), the floor of the overhead.
+
+`--before REV` also runs the same rounds with the code of git revision REV (checked out in a temporary
+worktree, run in its own process, its own data root) and prints its overhead beside this code's, against the
+same core replay: REV's checkpoints must hash to this code's, so both sides did the same work.
+
+    .venv/bin/python bench/overhead.py [--rounds 5] [--data-root DIR] [--before REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +49,8 @@ from creditline.round import (  # noqa: E402
     train_policy,
 )
 from creditline.store import LineageStore, hash_path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def dagster_round(instance, run_id: str) -> tuple[float, dict[str, float]]:
@@ -62,6 +74,74 @@ def dagster_round(instance, run_id: str) -> tuple[float, dict[str, float]]:
     if start is None or end is None:
         raise RuntimeError(f"run {run_id}: no start/success events in its log")
     return end - start, steps
+
+
+def rounds_at_revision(revision: str, root: Path, rounds: int) -> None:
+    """`creditline run --rounds N` with the code of git `revision`, in a temporary worktree and its own process.
+
+    The worktree goes first on PYTHONPATH, so its packages shadow this checkout's editable install.
+    """
+    worktree = Path(tempfile.mkdtemp(prefix="creditline-before-")) / "tree"
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "--quiet", str(worktree), revision], cwd=REPO, check=True
+    )
+    try:
+        cli = "import sys; from pipelines.cli import main; sys.exit(main(sys.argv[1:]))"
+        subprocess.run([sys.executable, "-c", cli, "run", "--data-root", str(root), "--rounds", str(rounds)],
+                       cwd=worktree, env={**os.environ, "PYTHONPATH": str(worktree)}, check=True)  # fmt: skip
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=True)
+
+
+def recorded_round(root: Path, name: str, round_: int) -> tuple[float, dict[str, float], str, str]:
+    """A recorded round under `root`: (Dagster wall s, {step: s}, checkpoint hash, parent checkpoint path)."""
+    from pipelines.instance import get_instance
+
+    store = LineageStore(root / "lineage.duckdb")
+    recorded = store.artifact(name, round_, "checkpoint")
+    parent = store.artifact(name, round_ - 1, "checkpoint")
+    wall, steps = dagster_round(get_instance(str(root)), recorded.dagster_run_id)
+    return wall, steps, recorded.content_hash, parent.path
+
+
+ROUND_SHAPE = {  # asset: (upstream, blocking checks, in the gpu pool): the round job's steps (pipelines/definitions.py)
+    "rollouts": (None, ["episodes_stored_and_valid", "steps_stored_and_valid", "parent_checkpoint_unchanged"], True),
+    "scores": ("rollouts", ["scores_stored_and_valid"], False),
+    "advantages": ("scores", ["advantages_stored_and_valid"], False),
+    "checkpoint": ("advantages", [], True),
+    "evaluation": ("checkpoint", ["evaluation_stored_and_valid"], True),
+    "round_summary": ("evaluation", [], False),
+}  # fmt: skip
+
+
+def hollow_rounds(root: Path, rounds: int) -> list[float]:
+    """Wall seconds (from the event log) of `rounds` runs of a do-nothing job of the round job's shape."""
+    import dagster as dg
+
+    from pipelines.instance import get_instance
+
+    partitions = dg.DynamicPartitionsDefinition(name="hollow_rounds")
+    assets, checks = [], []
+    for name, (upstream, names, gpu) in ROUND_SHAPE.items():
+        hollow = dg.asset(name=name, deps=[upstream] if upstream else [], partitions_def=partitions,
+                          pool="gpu" if gpu else None)  # fmt: skip
+        assets.append(hollow(lambda: dg.MaterializeResult(metadata={"rows": 0})))
+        for check in names:
+            hollow = dg.asset_check(asset=name, name=check, blocking=True, partitions_def=partitions)
+            checks.append(hollow(lambda: dg.AssetCheckResult(passed=True)))
+    everything = dg.define_asset_job("hollow_round", selection="*", partitions_def=partitions)
+    job = dg.Definitions(assets=assets, asset_checks=checks, jobs=[everything]).resolve_job_def(
+        "hollow_round"
+    )
+    instance = get_instance(str(root))
+    walls = []
+    for round_ in range(1, rounds + 1):
+        key = f"hollow.r{round_:03d}"
+        instance.add_dynamic_partitions(partitions.name, [key])
+        quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+        result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet)
+        walls.append(dagster_round(instance, result.run_id)[0])
+    return walls[1:]  # the first run pays the instance's storage set-up
 
 
 def core_round(
@@ -100,40 +180,51 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds to run (round 1 is not counted)")
     parser.add_argument("--data-root", type=Path, help="default: a fresh temporary folder")
+    parser.add_argument(
+        "--before", metavar="REV", help="also run the rounds with the code of git revision REV"
+    )
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (round 1 is not counted)")
     torch.set_num_threads(2)
     root = (args.data_root or Path(tempfile.mkdtemp(prefix="creditline-overhead-"))).resolve()
+    before = root.with_name(root.name + "-before")
 
     from pipelines.cli import main as creditline
-    from pipelines.instance import get_instance
 
+    if args.before:
+        rounds_at_revision(args.before, before, args.rounds)
     if creditline(["run", "--data-root", str(root), "--rounds", str(args.rounds)]) != 0:
         raise SystemExit("creditline run failed")
     config = ExperimentConfig()
-    store = LineageStore(root / "lineage.duckdb")
-    instance = get_instance(str(root))
-    shares = []
-    print(
-        f"\n{'round':>5} {'dagster s':>9} {'core s':>7} {'overhead s':>10} {'share':>6}   where the Dagster run went"
-    )
+    sides = {"this code": root, **({args.before: before} if args.before else {})}
+    shares: dict[str, list[float]] = {side: [] for side in sides}
+    walls: list[float] = []  # this code's Dagster rounds
+    print(f"\n{'round':>5} {'code':>10} {'dagster s':>9} {'core s':>7} {'overhead s':>10} {'share':>6}   "
+          "where the Dagster run went")  # fmt: skip
     for round_ in range(2, args.rounds + 1):
-        recorded = store.artifact(config.name, round_, "checkpoint")
-        parent = store.artifact(config.name, round_ - 1, "checkpoint")
-        wall, steps = dagster_round(instance, recorded.dagster_run_id)
+        recorded = {side: recorded_round(folder, config.name, round_) for side, folder in sides.items()}
         with tempfile.TemporaryDirectory() as scratch:
-            core, stages, digest = core_round(config, parent.path, round_, Path(scratch) / "policy")
-        if digest != recorded.content_hash:
-            raise SystemExit(f"round {round_}: the core replay's checkpoint {digest[:12]} is not the Dagster round's "
-                             f"{recorded.content_hash[:12]}: the bench would not measure the same work")  # fmt: skip
-        shares.append((wall - core) / wall)
-        where = ", ".join(f"{k} {v:.2f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
-        print(f"{round_:>5} {wall:>9.2f} {core:>7.2f} {wall - core:>10.2f} {shares[-1]:>6.1%}   {where}")
-        print(f"{'':>37}core: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
-    print(f"\nreplayed checkpoints hash to the Dagster rounds' ({args.rounds - 1} of {args.rounds - 1})")
-    print(f"overhead share: {100 * statistics.mean(shares):.0f} % "
-          f"(rounds 2..{args.rounds}, median {100 * statistics.median(shares):.0f} %; data root {root})")  # fmt: skip
+            parent = recorded["this code"][3]
+            core, stages, digest = core_round(config, parent, round_, Path(scratch) / "policy")
+        for side, (wall, steps, checkpoint, _) in recorded.items():
+            if digest != checkpoint:
+                raise SystemExit(f"round {round_}: the core replay's checkpoint {digest[:12]} is not {side}'s "
+                                 f"{checkpoint[:12]}: the bench would not measure the same work")  # fmt: skip
+            shares[side].append((wall - core) / wall)
+            walls += [wall] if side == "this code" else []
+            where = ", ".join(f"{k} {v:.2f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
+            print(f"{round_:>5} {side[:10]:>10} {wall:>9.2f} {core:>7.2f} {wall - core:>10.2f} "
+                  f"{shares[side][-1]:>6.1%}   {where}")  # fmt: skip
+        print(f"{'':>48}core: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+    floor = hollow_rounds(root.with_name(root.name + "-hollow"), args.rounds)
+    print(f"\nreplayed checkpoints hash to every side's Dagster rounds ({args.rounds - 1} rounds)")
+    for side, values in shares.items():
+        print(f"{side}: overhead share: {100 * statistics.mean(values):.0f} % (rounds 2..{args.rounds}, "
+              f"median {100 * statistics.median(values):.0f} %; data root {sides[side]})")  # fmt: skip
+    print(f"Dagster's own floor: a hollow round of the same shape takes {statistics.median(floor):.2f} s (median of "
+          f"{len(floor)}), {100 * statistics.median(floor) / statistics.median(walls):.0f} % of this code's median "
+          f"round ({statistics.median(walls):.2f} s)")  # fmt: skip
 
 
 if __name__ == "__main__":
