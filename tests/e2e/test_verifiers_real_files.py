@@ -166,10 +166,9 @@ def test_real_files_import_train_and_export_through_the_cli(tmp_path):
              for t, step in enumerate(line["trajectory"])}  # fmt: skip
     for ref, tokens in zip(rows["source_ref"], rows["completion_advantages"], strict=True):
         assert list(tokens) == pytest.approx([saved[ref]] * len(tokens), abs=1e-12)
-    assert (
-        store.artifact("real", 2, "checkpoint").parents[0][0]
-        == store.artifact("real", 1, "checkpoint").content_hash
-    )
+    initialized_from = [h for h, relation in store.artifact("real", 2, "checkpoint").parents
+                        if relation == "initialized_from"]  # fmt: skip
+    assert initialized_from == [store.artifact("real", 1, "checkpoint").content_hash]
 
     out = tmp_path / "traces.jsonl"
     assert (
