@@ -51,6 +51,8 @@ from creditline.round import (  # noqa: E402
 from creditline.store import LineageStore, hash_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+THIS = "this code"
+"""The side of the comparison that runs this checkout's code (the other is `--before REV`)."""
 
 
 def dagster_round(instance, run_id: str) -> tuple[float, dict[str, float]]:
@@ -188,16 +190,16 @@ def main() -> None:
         parser.error("--rounds must be at least 2 (round 1 is not counted)")
     torch.set_num_threads(2)
     root = (args.data_root or Path(tempfile.mkdtemp(prefix="creditline-overhead-"))).resolve()
-    before = root.with_name(root.name + "-before")
+    sides = {THIS: root}
+    if args.before:
+        sides[args.before] = root.with_name(root.name + "-before")
+        rounds_at_revision(args.before, sides[args.before], args.rounds)
 
     from pipelines.cli import main as creditline
 
-    if args.before:
-        rounds_at_revision(args.before, before, args.rounds)
     if creditline(["run", "--data-root", str(root), "--rounds", str(args.rounds)]) != 0:
         raise SystemExit("creditline run failed")
     config = ExperimentConfig()
-    sides = {"this code": root, **({args.before: before} if args.before else {})}
     shares: dict[str, list[float]] = {side: [] for side in sides}
     walls: list[float] = []  # this code's Dagster rounds
     print(f"\n{'round':>5} {'code':>10} {'dagster s':>9} {'core s':>7} {'overhead s':>10} {'share':>6}   "
@@ -205,18 +207,18 @@ def main() -> None:
     for round_ in range(2, args.rounds + 1):
         recorded = {side: recorded_round(folder, config.name, round_) for side, folder in sides.items()}
         with tempfile.TemporaryDirectory() as scratch:
-            parent = recorded["this code"][3]
+            parent = recorded[THIS][3]
             core, stages, digest = core_round(config, parent, round_, Path(scratch) / "policy")
         for side, (wall, steps, checkpoint, _) in recorded.items():
             if digest != checkpoint:
                 raise SystemExit(f"round {round_}: the core replay's checkpoint {digest[:12]} is not {side}'s "
                                  f"{checkpoint[:12]}: the bench would not measure the same work")  # fmt: skip
             shares[side].append((wall - core) / wall)
-            walls += [wall] if side == "this code" else []
             where = ", ".join(f"{k} {v:.2f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
             print(f"{round_:>5} {side[:10]:>10} {wall:>9.2f} {core:>7.2f} {wall - core:>10.2f} "
                   f"{shares[side][-1]:>6.1%}   {where}")  # fmt: skip
         print(f"{'':>48}core: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+        walls.append(recorded[THIS][0])
     floor = hollow_rounds(root.with_name(root.name + "-hollow"), args.rounds)
     print(f"\nreplayed checkpoints hash to every side's Dagster rounds ({args.rounds - 1} rounds)")
     for side, values in shares.items():

@@ -24,9 +24,8 @@ def test_the_hollow_round_has_the_round_jobs_assets_checks_and_pool(overhead, tm
     from pipelines.definitions import ROUND_JOB, make_definitions
 
     job = make_definitions(str(tmp_path)).resolve_job_def(ROUND_JOB)
-    assets = {node.name for node in job.graph.nodes if not node.definition.name.endswith(tuple(
-        key.name for key in job.asset_layer.asset_graph.asset_check_keys))}  # fmt: skip
     checks = {key.name for key in job.asset_layer.asset_graph.asset_check_keys}
+    assets = {node.name for node in job.graph.nodes if not node.name.endswith(tuple(checks))}
     pooled = {node.name for node in job.graph.nodes if getattr(node.definition, "pool", None) == "gpu"}
     shape = overhead.ROUND_SHAPE
     assert assets == set(shape)
