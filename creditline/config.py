@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from creditline.branching import BranchSettings
 from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
 from creditline.engines.base import SamplingParams
 from creditline.envs import Environment, environment_factory, make_env
@@ -171,6 +172,9 @@ class ExperimentConfig:
     """A supervised pass on random well-formed actions before round 1 (`creditline.warm_start`); off by default."""
     verifiers: VerifiersSettings = field(default_factory=VerifiersSettings)
     """Rollouts from a verifiers environment instead of creditline's engine; off by default."""
+    branching: BranchSettings = field(default_factory=BranchSettings)
+    """Continuations restarted from chosen steps of the round's episodes (`creditline.branching`); off by
+    default."""
 
     def __post_init__(self):
         _, problems = check_config(ExperimentConfig, self.to_dict())

@@ -295,6 +295,13 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
         )
         problems += estimator_problems(adv["estimator"], adv["params"], note)
     problems += verifiers_problems(config.get("verifiers", {}), files=files)
+    problems += branching_problems(
+        config.get("branching", {}), adv.get("estimator"), config.get("verifiers", {})
+    )
+    if "estimator" in adv and "name" in env and "params" in env and not found:
+        problems += gold_answer_problems(
+            adv["estimator"], env["name"], env["params"], rollouts, config.get("verifiers", {})
+        )
     if {"tasks_per_round", "group_size"} <= rollouts.keys() and "minibatches" in train:
         episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
         if train["minibatches"] > episodes:
@@ -303,6 +310,53 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
                         f"must be at most rollouts.tasks_per_round × rollouts.group_size = {episodes}, "
                         "the episodes of a round (a minibatch needs at least one)")
             )  # fmt: skip
+    return problems
+
+
+def branching_problems(
+    branching: Mapping[str, Any], estimator: str | None, verifiers: Mapping[str, Any]
+) -> list[Problem]:
+    """Branching needs an estimator that reads the continuations' links (a continuation is not a fresh
+    episode of its task) and rollouts that creditline plays (a verifiers environment cannot be restarted)."""
+    points = branching.get("points", "none")
+    if points == "none":
+        return []
+    problems = []
+    advantages = importlib.import_module("creditline.advantages")
+    if estimator is not None and "branch_of_episode" not in advantages.input_columns(estimator):
+        readers = [
+            name for name in advantages.available() if "branch_of_episode" in advantages.input_columns(name)
+        ]
+        problems.append(Problem("branching.points", points, f'needs an estimator that reads branches ({", ".join(readers)}); '
+                                f'"{estimator}" would take each continuation for a fresh episode of its task'))  # fmt: skip
+    if verifiers.get("env_id"):
+        problems.append(Problem("branching.points", points, "cannot branch rollouts a verifiers environment plays "
+                                "(verifiers.env_id): creditline cannot restart its episodes"))  # fmt: skip
+    return problems
+
+
+def gold_answer_problems(
+    estimator: str,
+    env_name: str,
+    env_params: Mapping[str, Any],
+    rollouts: Mapping[str, Any],
+    verifiers: Mapping[str, Any],
+) -> list[Problem]:
+    """An estimator that reads the policy's belief in a gold answer (IGPO) needs tasks that have one, and
+    the torch engine to score it; imported rollouts carry no such column."""
+    advantages = importlib.import_module("creditline.advantages")
+    if "gold_logprob" not in advantages.input_columns(estimator):
+        return []
+    problems = []
+    if not callable(getattr(make_env(env_name, **env_params), "gold_answer", None)):
+        problems.append(Problem("advantages.estimator", estimator, f'needs tasks with a gold answer: environment '
+                                f'"{env_name}" has no gold_answer() (the built-ins with one: lookup, arithmetic)'))  # fmt: skip
+    if rollouts.get("engine", "torch") != "torch":
+        problems.append(Problem("advantages.estimator", estimator, 'scores the gold answer with the policy in torch: '
+                                'rollouts.engine must be "torch"'))  # fmt: skip
+    if verifiers.get("env_id"):
+        problems.append(Problem("advantages.estimator", estimator, "cannot score rollouts a verifiers environment "
+                                "plays (verifiers.env_id): they carry no gold-answer log-probabilities"))  # fmt: skip
     return problems
 
 
@@ -443,8 +497,10 @@ _PROBE_STEPS = {
     "anchor_key": ["s0", "s1", "s0", "s2"],
     "step_reward": [0.0, 1.0, 0.0, 0.0],
     "episode_reward": [1.0, 1.0, 0.0, 0.0],
+    "gold_logprob": [-1.0, -0.5, -1.0, -1.5],
 }
-"""One group of two two-step episodes sharing their first state: enough for every estimator's code path."""
+"""One group of two two-step episodes sharing their first state: enough for every estimator's code path
+(with the columns an estimator reads besides the required ones, IGPO's gold-answer log-probabilities)."""
 
 
 def estimator_problems(estimator: str, params: Mapping[Any, Any], note: str = "") -> list[Problem]:

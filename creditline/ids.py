@@ -34,3 +34,8 @@ def stable_hash(obj: object, length: int = 16) -> str:
     """sha256 of canonical JSON (sorted keys): equal configs give equal hashes."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def branch_episode_id(source_episode_id: str, step_idx: int, continuation: int) -> str:
+    """Continuation `continuation` sampled from step `step_idx` of `source_episode_id` (`creditline.branching`)."""
+    return f"{source_episode_id}:b{step_idx}.{continuation}"

@@ -54,7 +54,7 @@ class RolloutTables:
 
 
 @dataclass
-class _Episode:
+class LiveEpisode:
     env: Environment
     episode_id: str
     group_id: str
@@ -65,10 +65,18 @@ class _Episode:
     conversation: Conversation | None
     history: bool
     """The conversation grows turn by turn ("chat"); else each turn starts a fresh one ("chat-last")."""
+    branch_of: tuple[str, int] | None = None
+    """A branch's (source episode_id, step_idx): it restarted from that step's state (`creditline.branching`)."""
     env_return: float = 0.0
     num_steps: int = 0
     success: bool = False
     stop_reason: str = ""
+
+    def branch_link(self) -> dict:
+        """The `branch_of_episode`/`branch_of_step` columns of a branch's rows; none for the round's own."""
+        if self.branch_of is None:
+            return {}
+        return {"branch_of_episode": self.branch_of[0], "branch_of_step": self.branch_of[1]}
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:
@@ -106,52 +114,95 @@ def run_episodes(
     group_size: int,
     sampling: SamplingParams,
     prompt_format: str = "auto",
+    snapshots: dict[tuple[str, int], object] | None = None,
 ) -> RolloutTables:
-    """Play `group_size` episodes of every task in `task_ids` to the end, batched per turn."""
+    """Play `group_size` episodes of every task in `task_ids` to the end, batched per turn.
+
+    `snapshots`, when given, is filled with `env.snapshot()` of every episode before each of its steps,
+    keyed by (episode_id, step_idx): the states branching restarts from (`creditline.branching`).
+    """
     prompt_format = resolve_prompt_format(tokenizer, prompt_format)
-    context = getattr(engine, "context_length", None)
     episodes = []
     for task in task_ids:
         for sample in range(group_size):
             env = env_factory()
-            observation = env.reset(task, ids.derive_seed(sampling.seed, round_, task, sample))
-            conversation = (
-                Conversation(tokenizer, observation.text, getattr(env, "instructions", None))
-                if prompt_format in CHAT_FORMATS
-                else None
-            )
+            observation = env.reset(task, reset_seed(sampling.seed, round_, task, sample))
             episodes.append(
-                _Episode(
-                    env=env,
+                start_episode(
+                    env,
+                    observation,
+                    tokenizer,
+                    prompt_format,
                     episode_id=ids.episode_id(experiment, round_, task, sample),
                     group_id=ids.group_id(experiment, round_, task),
                     task_id=int(task),
                     sample_idx=sample,
-                    observation=observation,
-                    prompt_ids=(
-                        conversation.prompt_ids
-                        if conversation
-                        else encode_prompt(tokenizer, observation.text)
-                    ),
-                    conversation=conversation,
-                    history=prompt_format == "chat",
-                )
+                )  # fmt: skip
             )
+    return play(engine, tokenizer, episodes, round_, sampling, (), snapshots)
+
+
+def reset_seed(seed: int, round_: int, task: int, sample: int) -> int:
+    """The seed episode (task, sample) of a round is reset with (branching replays it with the same)."""
+    return ids.derive_seed(seed, round_, task, sample)
+
+
+def start_episode(
+    env: Environment,
+    observation: Observation,
+    tokenizer,
+    prompt_format: str,
+    **identity,
+) -> LiveEpisode:
+    """An episode about to take its first turn from `observation` (`prompt_format` already resolved);
+    `identity`: episode_id, group_id, task_id, sample_idx (and a branch's branch_of_*)."""
+    conversation = (
+        Conversation(tokenizer, observation.text, getattr(env, "instructions", None))
+        if prompt_format in CHAT_FORMATS
+        else None
+    )
+    return LiveEpisode(
+        env=env,
+        observation=observation,
+        prompt_ids=conversation.prompt_ids if conversation else encode_prompt(tokenizer, observation.text),
+        conversation=conversation,
+        history=prompt_format == "chat",
+        **identity,
+    )
+
+
+def play(
+    engine: Engine,
+    tokenizer,
+    episodes: list[LiveEpisode],
+    round_: int,
+    sampling: SamplingParams,
+    seed_key: tuple = (),
+    snapshots: dict[tuple[str, int], object] | None = None,
+) -> RolloutTables:
+    """Play `episodes` to the end, every active one taking its turn in one engine call per turn.
+
+    Turn t samples with the seed derive_seed(sampling.seed, round_, *seed_key, t): the round's own
+    episodes use no key, branches ("branch",), so the two never share a turn's random stream.
+    """
+    context = getattr(engine, "context_length", None)
     step_rows: list[dict] = []
     active = list(episodes)
     turn = 0
     while active:
-        turn_sampling = replace(sampling, seed=ids.derive_seed(sampling.seed, round_, turn))
+        turn_sampling = replace(sampling, seed=ids.derive_seed(sampling.seed, round_, *seed_key, turn))
         completions = engine.generate([ep.prompt_ids for ep in active], turn_sampling)
         still_active = []
         for ep, completion in zip(active, completions, strict=True):
+            if snapshots is not None:
+                snapshots[(ep.episode_id, ep.num_steps)] = ep.env.snapshot()
             prompt = ep.prompt_ids
             action = decode_action(tokenizer, completion.token_ids, sampling.stop)
             transition = ep.env.step(action)
             ended = transition.done or transition.truncated
             out_of_context = False
             if not ended:
-                ep.prompt_ids = _next_prompt(ep, tokenizer, completion, transition.observation)
+                ep.prompt_ids = next_prompt(ep, tokenizer, completion, transition.observation)
                 out_of_context = (
                     context is not None and len(ep.prompt_ids) + sampling.max_new_tokens > context
                 )
@@ -174,6 +225,7 @@ def run_episodes(
                     "done": transition.done,
                     "truncated": transition.truncated or out_of_context,
                     "finish_reason": completion.finish_reason,
+                    **ep.branch_link(),
                 }
             )
             ep.num_steps += 1
@@ -202,18 +254,17 @@ def run_episodes(
             "success": ep.success,
             "env_return": ep.env_return,
             "stop_reason": ep.stop_reason,
+            **ep.branch_link(),
         }
         for ep in episodes
     ]
-    steps = (
-        pd.DataFrame(step_rows)
-        .sort_values(["task_id", "sample_idx", "step_idx"], kind="stable")
-        .reset_index(drop=True)
-    )
+    steps = pd.DataFrame(step_rows)
+    if len(steps):
+        steps = steps.sort_values(["task_id", "sample_idx", "step_idx"], kind="stable").reset_index(drop=True)
     return RolloutTables(episodes=pd.DataFrame(episode_rows), steps=steps)
 
 
-def _next_prompt(ep: _Episode, tokenizer, completion, observation: Observation) -> list[int]:
+def next_prompt(ep: LiveEpisode, tokenizer, completion, observation: Observation) -> list[int]:
     """The prompt of the episode's next turn: the conversation grown by this turn (chat), a fresh one
     holding the next observation (chat-last), or the next observation alone (plain)."""
     if ep.conversation is None:

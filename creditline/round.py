@@ -25,12 +25,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditline.advantages import completion_advantages, compute, fill_preset, params_hash
+from creditline.advantages import completion_advantages, compute, fill_preset, input_columns, params_hash
+from creditline.advantages.igpo import GOLD_COLUMN
+from creditline.branching import can_snapshot, choose_points, play_branches, with_branches
 from creditline.config import AdvantageSettings, ExperimentConfig
 from creditline.engines import Engine
 from creditline.evaluation import EvaluationSummary, evaluate
+from creditline.gold_answer import with_gold_logprobs
 from creditline.policy_update import update_policy
-from creditline.rollout import RolloutTables, run_episodes
+from creditline.rollout import RolloutTables, reset_seed, run_episodes
 from creditline.rubrics import get_rubric
 from creditline.tasks import training_task_ids
 
@@ -50,13 +53,27 @@ def join_on_step(left: pd.DataFrame, right: pd.DataFrame, columns: list[str], wh
 
 
 def generate_rollouts(engine: Engine, tokenizer, config: ExperimentConfig, round_: int) -> RolloutTables:
-    """Stage 1: play the round's training tasks, `group_size` samples each, with the parent policy."""
-    settings = config.rollouts
-    return run_episodes(
+    """Stage 1: play the round's training tasks, `group_size` samples each, with the parent policy; with
+    branching on, then the continuations from the chosen steps (`creditline.branching`); for an estimator
+    that reads it (IGPO), the policy's log-probability of the gold answer at every step (`gold_logprob`)."""
+    settings, branching = config.rollouts, config.branching
+    sampling = settings.sampling(config.seed)
+    snapshots = {} if branching.enabled and can_snapshot(config.env.build()) else None
+    tables = run_episodes(
         engine, tokenizer, config.env.build, config.name, round_,
         training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
-        settings.sampling(config.seed), settings.prompt_format,
+        sampling, settings.prompt_format, snapshots,
     )  # fmt: skip
+    seed_of = lambda task, sample: reset_seed(sampling.seed, round_, task, sample)  # noqa: E731
+    if branching.enabled:
+        points = choose_points(tables.steps, branching, config.seed, round_)
+        branches = play_branches(engine, tokenizer, config.env.build, tables.steps, points, branching.continuations,
+                                 round_, sampling, settings.prompt_format, seed_of, snapshots)  # fmt: skip
+        tables = with_branches(tables, branches)
+    if GOLD_COLUMN in input_columns(config.advantages.estimator):  # IGPO: the policy's belief at every step
+        steps = with_gold_logprobs(engine, tokenizer, config.env.build, tables.steps, seed_of)
+        tables = RolloutTables(tables.episodes, steps)
+    return tables
 
 
 def score_rollouts(config: ExperimentConfig, episodes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -71,8 +88,9 @@ def step_advantages(steps: pd.DataFrame, scores: pd.DataFrame, settings: Advanta
     none): it is kept, and the estimator fills the rest (verifiers' fill-if-None, `fill_preset`).
     """
     preset = ["preset_advantage"] if "preset_advantage" in steps else []
+    extra = [name for name in input_columns(settings.estimator) if name in steps]
     joined = join_on_step(
-        steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset]],
+        steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset, *extra]],
         scores, ["rubric_version", "step_reward", "episode_reward"], "scores",
     )  # fmt: skip
     advantage = compute(settings.estimator, joined, **settings.params)  # (S,)

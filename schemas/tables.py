@@ -20,6 +20,14 @@ def _lengths(values: pd.Series) -> np.ndarray:
     return values.map(len).to_numpy()
 
 
+def _branch_link_complete(df: pd.DataFrame) -> pd.Series:
+    if "branch_of_episode" not in df and "branch_of_step" not in df:
+        return pd.Series(True, index=df.index)
+    if "branch_of_episode" not in df or "branch_of_step" not in df:
+        return pd.Series(False, index=df.index)
+    return df["branch_of_episode"].isna() == df["branch_of_step"].isna()
+
+
 class EpisodesTable(pa.DataFrameModel):
     round: Series[int] = pa.Field(ge=0)
     episode_id: Series[str] = pa.Field(unique=True)
@@ -33,10 +41,19 @@ class EpisodesTable(pa.DataFrameModel):
     source_components: Series[str] | None
     """Imported rounds only: the source rubric's reward components and metrics, a JSON object of
     name → value (`creditline.imported_rollouts`)."""
+    branch_of_episode: Series[str] | None = pa.Field(nullable=True)
+    """Branched rounds only: the episode a continuation restarted from; null on the round's own episodes
+    (`creditline.branching`)."""
+    branch_of_step: Series[pd.Int64Dtype] | None = pa.Field(nullable=True, ge=1)
+    """Branched rounds only: the step of `branch_of_episode` it restarted from; null with it."""
 
     class Config:
         strict = True
         coerce = True
+
+    @pa.dataframe_check(error="branch_of_episode and branch_of_step must be null together")
+    def branch_link(cls, df: pd.DataFrame) -> pd.Series:
+        return _branch_link_complete(df)
 
 
 class StepsTable(pa.DataFrameModel):
@@ -63,6 +80,13 @@ class StepsTable(pa.DataFrameModel):
     """Imported rounds only: the advantage the source assigned to the step; NaN where it assigned none."""
     source_ref: Series[str] | None
     """Imported rounds only: where the step came from in the source file ("<line>:<step or node>")."""
+    branch_of_episode: Series[str] | None = pa.Field(nullable=True)
+    """Branched rounds only: as on the episode row (a continuation's step_idx 0 is its source's step
+    `branch_of_step`)."""
+    branch_of_step: Series[pd.Int64Dtype] | None = pa.Field(nullable=True, ge=1)
+    gold_logprob: Series[float] | None
+    """Rounds whose estimator reads it (IGPO): the policy's mean log-probability of the task's gold answer
+    after this step's prompt (`creditline.gold_answer`)."""
 
     class Config:
         strict = True
@@ -80,6 +104,10 @@ class StepsTable(pa.DataFrameModel):
         return pd.Series(
             _lengths(df["completion_logprobs"]) == _lengths(df["completion_ids"]), index=df.index
         )
+
+    @pa.dataframe_check(error="branch_of_episode and branch_of_step must be null together")
+    def branch_link(cls, df: pd.DataFrame) -> pd.Series:
+        return _branch_link_complete(df)
 
     @pa.check("step_reward", error="step_reward must be finite")
     def finite_reward(cls, values: Series[float]) -> Series[bool]:

@@ -13,6 +13,9 @@ Registered estimators (``available()`` lists their parameters and defaults):
 * ``gigpo`` — episode + anchor-state step advantage (:mod:`.gigpo`, verl-agent @20bd331).
 * ``hgpo`` — hierarchy of history-consistent groups (:mod:`.hgpo`, verl-agent @20bd331).
 * ``turn_group`` — per-(group, turn index) normalisation: A²TGPO or MatchTIR (:mod:`.turn_group`).
+* ``igpo`` — information-gain turn rewards from the policy's belief in a gold answer (:mod:`.igpo`).
+* ``mc_branch`` (Q − V with Monte-Carlo values, VinePPO) and ``spo_tree`` (SPO-tree / TreeRL segment
+  advantage) — from branching rollouts' continuations (:mod:`.branch`, ``creditline.branching``).
 
 Each accepts ``conventions="creditline"`` (the project default), a :class:`Conventions`, or a
 reference preset named after the code it reproduces (``presets(name)`` lists them):
@@ -37,12 +40,14 @@ Helpers: ``discounted_returns`` (GiGPO Eq. 5, O(S)), ``completion_advantages`` /
 a conventions preset), ``params_hash`` (lineage key of estimator + params).
 """
 
-from . import gigpo as _gigpo  # noqa: F401  (registers estimators)
+from . import branch as _branch  # noqa: F401  (registers estimators)
+from . import gigpo as _gigpo  # noqa: F401
 from . import hgpo as _hgpo  # noqa: F401
+from . import igpo as _igpo  # noqa: F401
 from . import outcome as _outcome  # noqa: F401
 from . import turn_group as _turn_group  # noqa: F401
 from .conventions import CREDITLINE, Conventions
-from .registry import available, compute, params_hash, presets, register
+from .registry import available, compute, input_columns, params_hash, presets, register
 from .returns import discounted_returns
 from .table import REQUIRED_COLUMNS, AdvantageInputError
 from .tokens import completion_advantages, completion_advantages_flat, fill_preset
@@ -58,6 +63,7 @@ __all__ = [
     "compute",
     "discounted_returns",
     "fill_preset",
+    "input_columns",
     "params_hash",
     "presets",
     "register",

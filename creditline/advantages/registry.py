@@ -27,7 +27,7 @@ import numpy as np
 from creditline.param_kinds import kind_mismatch
 
 from .conventions import CREDITLINE, PRESETS, Conventions
-from .table import REQUIRED_COLUMNS, StepTable, build_step_table
+from .table import REQUIRED_COLUMNS, StepTable, build_step_table, with_extra_columns
 
 EstimatorFn = Callable[..., np.ndarray]
 ReferenceConventions = Conventions | Callable[[Mapping[str, Any]], Conventions]
@@ -41,17 +41,23 @@ class Estimator:
     fn: EstimatorFn
     defaults: Mapping[str, Any]  # keyword-only parameters of fn and their defaults
     references: Mapping[str, ReferenceConventions]  # preset name -> the reference code's conventions
+    columns: tuple[str, ...] = ()  # input columns it reads besides REQUIRED_COLUMNS (StepTable.extra)
 
 
 _REGISTRY: dict[str, Estimator] = {}
 
 
 def register(
-    name: str, *, references: Mapping[str, ReferenceConventions] | None = None
+    name: str,
+    *,
+    references: Mapping[str, ReferenceConventions] | None = None,
+    columns: tuple[str, ...] = (),
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Register ``fn(table, conv, *, **params)``. ``references``: preset name (a key of
     ``conventions.PRESETS`` other than "creditline") -> the conventions of the code it
-    reproduces, or a function of the resolved params returning them. None: creditline only."""
+    reproduces, or a function of the resolved params returning them. None: creditline only.
+    ``columns``: input columns the estimator reads besides the required ones, handed to it in
+    ``table.extra`` when the input has them (the estimator says what it needs when one is missing)."""
     refs = dict(references or {})
     bad = sorted(set(refs) - (set(PRESETS) - {"creditline"}))
     if bad:
@@ -73,7 +79,7 @@ def register(
             if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
                 raise TypeError(f"{fn.__name__}: parameter {p.name!r} must be keyword-only with a default")
             defaults[p.name] = p.default
-        _REGISTRY[name] = Estimator(name, fn, defaults, MappingProxyType(refs))
+        _REGISTRY[name] = Estimator(name, fn, defaults, MappingProxyType(refs), tuple(columns))
         return fn
 
     return decorate
@@ -138,7 +144,14 @@ def compute(estimator: str, steps: Any, **params: Any) -> np.ndarray:
     """Advantages (S,) float64 aligned with the rows of ``steps`` (DataFrame or pyarrow Table)."""
     est, full, conv = resolve(estimator, params)
     table = build_step_table(steps, REQUIRED_COLUMNS)
+    if est.columns:
+        table = with_extra_columns(table, steps, est.columns)
     return scatter(table, est.fn(table, conv, **full))
+
+
+def input_columns(estimator: str) -> tuple[str, ...]:
+    """The columns ``estimator`` reads besides ``REQUIRED_COLUMNS`` (the round passes them through)."""
+    return _lookup(estimator).columns
 
 
 def scatter(table: StepTable, sorted_values: np.ndarray) -> np.ndarray:

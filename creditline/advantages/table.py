@@ -16,8 +16,8 @@ Shapes: S step rows, E episodes, G groups, U unique anchors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,10 @@ class StepTable:
     ep_len: np.ndarray  # (E,) number of steps
     n_groups: int
     anchor_values: np.ndarray | None  # (U,) anchor key of each anchor code
+    episode_values: np.ndarray | None = None  # (E,) episode_id of each episode code (sorted)
+    extra: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """Columns an estimator reads besides the required ones (``register(..., columns=)``), (S,) each in
+    sorted row order; a column the input lacks is absent."""
 
     @property
     def n_rows(self) -> int:
@@ -265,7 +269,20 @@ def build_step_table(steps: Any, required: tuple[str, ...] = REQUIRED_COLUMNS) -
         ep_len=ep_len,
         n_groups=len(group_values),
         anchor_values=None if anchor is None else anchor[1],
+        episode_values=ep_values,
     )
+
+
+def with_extra_columns(table: StepTable, steps: Any, names: tuple[str, ...]) -> StepTable:
+    """``table`` with the columns ``names`` of ``steps`` that exist, in sorted row order (``extra``)."""
+    present = steps.column_names if isinstance(steps, pa.Table) else list(steps.columns)
+    extra = {}
+    for name in names:
+        if name in present:
+            col = _column(steps, name)
+            values = col.to_numpy(zero_copy_only=False) if isinstance(col, pa.ChunkedArray) else pd.Series(col).to_numpy()
+            extra[name] = values[table.order]
+    return replace(table, extra=extra)
 
 
 def _sort_order(ep_codes: np.ndarray, step_idx: np.ndarray) -> np.ndarray:

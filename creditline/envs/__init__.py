@@ -31,11 +31,17 @@ def make_env(name: str, **params) -> Environment:
     return env
 
 
+VOCABULARY_ORDER = ("arithmetic", "maze")
+"""The built-ins whose words come first, in this order; later built-ins add only new words at the end, so
+adding one never renumbers the tiny policy's tokenizer (nor changes the default checkpoint's hash)."""
+
+
 def builtin_vocabulary() -> list[str]:
     """The union of every built-in environment's words, in a stable order (plugins never change it: it
     is the built-in tiny policy's vocabulary, and so part of the default experiment's checkpoint hash)."""
     words: list[str] = []
-    for name in sorted(BUILTIN_ENVIRONMENTS):
+    rest = sorted(set(BUILTIN_ENVIRONMENTS) - set(VOCABULARY_ORDER))
+    for name in (*VOCABULARY_ORDER, *rest):
         for word in BUILTIN_ENVIRONMENTS[name].vocabulary():
             if word not in words:
                 words.append(word)

@@ -51,6 +51,12 @@ class ArithmeticEnv:
             success=correct,
         )
 
+    def gold_answer(self) -> str:
+        """The current task's sum written as the prompt writes numbers: digits spaced (`1 2`)."""
+        if self._question is None:
+            raise RuntimeError("ArithmeticEnv.gold_answer called before reset")
+        return " ".join(str(sum(self._question)))
+
     def format_example(self, rng: random.Random) -> str:
         return str(rng.randint(0, 2 * self.max_operand))
 

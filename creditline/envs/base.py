@@ -59,8 +59,9 @@ class Environment(Protocol):
     Required: `name`, `max_steps`, `reset`, `step` (`REQUIRED_MEMBERS`). Optional, each needed by one
     feature only: `instructions` (the system message of chat prompts; none without it), `format_example`
     (a warm start and the built-in chat policy's tokenizer corpus), `vocabulary` (the built-in tiny
-    policy, whose tokenizer knows only listed words). A feature that needs a missing member is refused
-    when the config is loaded.
+    policy, whose tokenizer knows only listed words), `gold_answer` (IGPO's information-gain turn reward,
+    arXiv 2510.14967, which scores the policy's log-probability of the correct answer after each turn). A
+    feature that needs a missing member is refused when the config is loaded.
     """
 
     name: str
@@ -84,6 +85,12 @@ class Environment(Protocol):
     @staticmethod
     def vocabulary() -> list[str]:
         """Every word that can appear in this environment's observations or valid actions."""
+        ...
+
+    def gold_answer(self) -> str:
+        """The current task's correct final answer, written as a completion would write it (`7`, `1 2`);
+        defined after `reset`. IGPO teacher-forces it after each turn's prompt
+        (`creditline.gold_answer.gold_logprobs`): the turn's reward is the gain in its mean token log-prob."""
         ...
 
 

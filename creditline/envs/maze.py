@@ -136,6 +136,15 @@ class MazeEnv:
             success=success,
         )
 
+    def snapshot(self) -> tuple:
+        """The whole state, immutable (branching restarts from it: `creditline.branching`)."""
+        return (self._layout, self._pos, self._has_key, self._steps, self._last_action)
+
+    def restore(self, state: tuple) -> Observation:
+        """Put the maze back in a `snapshot()`'s state; the observation there."""
+        self._layout, self._pos, self._has_key, self._steps, self._last_action = state
+        return self._observe()
+
     def _remaining_distance(self) -> int:
         """Manhattan length of the rest of the task: to the key then the door, or to the door once held."""
         assert self._layout is not None

@@ -3,7 +3,7 @@
 An experiment's `env.name` is either
 
 - a name registered in the `creditline.environments` entry-point group. creditline registers its
-  built-ins (`maze`, `arithmetic`) there in its own `pyproject.toml`; a package registers its
+  built-ins (`maze`, `arithmetic`, `lookup`) there in its own `pyproject.toml`; a package registers its
   environments the same way, and installing it (`pip install`) is all it takes:
 
       [project.entry-points."creditline.environments"]
@@ -30,11 +30,16 @@ from importlib.metadata import entry_points
 
 from creditline.envs.arithmetic import ArithmeticEnv
 from creditline.envs.base import Environment
+from creditline.envs.lookup import LookupEnv
 from creditline.envs.maze import MazeEnv
 
 ENTRY_POINT_GROUP = "creditline.environments"
 
-BUILTIN_ENVIRONMENTS: dict[str, Callable[..., Environment]] = {"maze": MazeEnv, "arithmetic": ArithmeticEnv}
+BUILTIN_ENVIRONMENTS: dict[str, Callable[..., Environment]] = {
+    "maze": MazeEnv,
+    "arithmetic": ArithmeticEnv,
+    "lookup": LookupEnv,
+}
 """creditline's own environments (also registered as entry points in pyproject.toml)."""
 
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")

@@ -250,6 +250,24 @@ class LineageStore:
         self.transaction(work)
         return stored
 
+    def record_branches(self, steps_hash: str, links: Sequence[tuple[str, str, int]]) -> None:
+        """Record the continuations of the steps table `steps_hash`: (episode_id, branch_of_episode,
+        branch_of_step) each (`creditline.branching`); idempotent, keyed by the table's hash."""
+
+        def work(con: duckdb.DuckDBPyConnection) -> None:
+            con.execute("DELETE FROM branches WHERE steps_hash = ?", [steps_hash])
+            if links:
+                con.executemany("INSERT INTO branches VALUES (?, ?, ?, ?)",
+                                [[steps_hash, e, src, int(t)] for e, src, t in links])  # fmt: skip
+
+        self.transaction(work)
+
+    def branches(self, steps_hash: str) -> list[tuple[str, str, int]]:
+        """(episode_id, branch_of_episode, branch_of_step) of the continuations in `steps_hash`, sorted."""
+        return [tuple(r) for r in self.fetchall(
+            "SELECT episode_id, branch_of_episode, branch_of_step FROM branches WHERE steps_hash = ? "
+            "ORDER BY branch_of_episode, branch_of_step, episode_id", [steps_hash])]  # fmt: skip
+
     def record_initial_policy(
         self, experiment: str, path: str, content_hash: str, meta: Mapping[str, Any] | None = None
     ) -> ArtifactRecord:

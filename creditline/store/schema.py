@@ -100,6 +100,15 @@ SCHEMA_SQL = (
     )
     """,
     """
+    CREATE TABLE IF NOT EXISTS branches (
+        steps_hash        VARCHAR NOT NULL,
+        episode_id        VARCHAR NOT NULL,
+        branch_of_episode VARCHAR NOT NULL,
+        branch_of_step    INTEGER NOT NULL,
+        PRIMARY KEY (steps_hash, episode_id)
+    )
+    """,
+    """
     CREATE TABLE IF NOT EXISTS rubric_versions (
         version         VARCHAR PRIMARY KEY,
         rubric          VARCHAR NOT NULL,
