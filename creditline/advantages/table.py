@@ -280,7 +280,11 @@ def with_extra_columns(table: StepTable, steps: Any, names: tuple[str, ...]) -> 
     for name in names:
         if name in present:
             col = _column(steps, name)
-            values = col.to_numpy(zero_copy_only=False) if isinstance(col, pa.ChunkedArray) else pd.Series(col).to_numpy()
+            values = (
+                col.to_numpy(zero_copy_only=False)
+                if isinstance(col, pa.ChunkedArray)
+                else pd.Series(col).to_numpy()
+            )
             extra[name] = values[table.order]
     return replace(table, extra=extra)
 

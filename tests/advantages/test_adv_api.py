@@ -28,7 +28,17 @@ BASE = pd.DataFrame(
         "episode_reward": [1.0, 1.0, 0.0, 1.0],
     }
 )
-NAMES = ["gigpo", "grpo", "hgpo", "igpo", "mc_branch", "reinforce_pp_baseline", "rloo", "spo_tree", "turn_group"]
+NAMES = [
+    "gigpo",
+    "grpo",
+    "hgpo",
+    "igpo",
+    "mc_branch",
+    "reinforce_pp_baseline",
+    "rloo",
+    "spo_tree",
+    "turn_group",
+]
 
 
 # --- registry ------------------------------------------------------------------------------
