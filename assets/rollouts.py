@@ -14,6 +14,7 @@ import dagster as dg
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, record_table, recorded_output, write_table
+from creditline.branching import branch_links, branch_summary
 from creditline.lineage_chain import ensure_initial_policy, parent_record, verify_checkpoint
 from creditline.policy import load_tokenizer
 from creditline.round import generate_rollouts
@@ -99,8 +100,16 @@ def rollouts(
             episodes = record_table(
                 context, lineage, written[0], kind="episodes", parents=generated_by, **common
             )
+            counts = {
+                k: v for k, v in branch_summary(step_table).items() if k in ("branch_points", "continuations")
+            }
             steps = record_table(context, lineage, written[1], kind="steps", parents=generated_by,
-                                 meta={"parent_checkpoint": parent.content_hash, **imported}, **common)  # fmt: skip
+                                 meta={"parent_checkpoint": parent.content_hash, **imported, **counts}, **common)  # fmt: skip
+    branching = branch_summary(step_table)
+    if branching:  # the continuations' links, by the steps table's hash (idempotent when re-run)
+        with store.session():
+            store.record_branches(steps.content_hash, branch_links(step_table))
+        metrics.update({k: v for k, v in branching.items() if k != "links"})
     log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
     context.log.info(
         f"{experiment} round {round_}: {len(episode_table)} episodes, {len(step_table)} steps, "
@@ -115,7 +124,9 @@ def rollouts(
                        env_return=metrics["env_return"], parent_checkpoint=parent.content_hash)  # fmt: skip
     yield materialized(steps, "steps", valid_action_rate=metrics["valid_action_rate"],
                        truncated_completion_rate=metrics["truncated_completion_rate"],
-                       parent_checkpoint=parent.content_hash)  # fmt: skip
+                       parent_checkpoint=parent.content_hash,
+                       **({} if not branching else {**{k: v for k, v in branching.items() if k != "links"},
+                                                    "branches": dg.MetadataValue.md(branching["links"])}))  # fmt: skip
 
 
 def _truncated_completions(steps) -> float:

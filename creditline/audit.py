@@ -133,7 +133,7 @@ def _detail(kind: str, meta: dict) -> dict:
     keys = {"advantages": ["estimator", "params", "params_hash"], "scores": ["rubric_version"],
             "rescore_scores": ["rubric_version"], "rescore_advantages": ["rubric_version", "estimator", "params_hash"],
             "rescore_comparison": ["reward_correlation", "advantage_rank_correlation", "sign_flip_share"],
-            "checkpoint": ["source", "estimator", "params_hash", "rubric_version"], "steps": ["parent_checkpoint", "imported"], "source": ["format", "files", "verifiers"],
+            "checkpoint": ["source", "estimator", "params_hash", "rubric_version"], "steps": ["parent_checkpoint", "imported", "branch_points", "continuations"], "source": ["format", "files", "verifiers"],
             "evaluation": ["success_rate"]}.get(kind, [])  # fmt: skip
     return {k: (meta[k][:12] if k == "parent_checkpoint" else meta[k]) for k in keys if k in meta}
 

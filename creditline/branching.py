@@ -278,3 +278,30 @@ def with_branches(tables: RolloutTables, branches: RolloutTables) -> RolloutTabl
         )
         frame["branch_of_step"] = frame["branch_of_step"].astype("Int64")
     return RolloutTables(episodes=episodes, steps=steps)
+
+
+def branch_links(steps: pd.DataFrame) -> list[tuple[str, str, int]]:
+    """(episode_id, branch_of_episode, branch_of_step) of every continuation in a steps table, sorted."""
+    if "branch_of_episode" not in steps:
+        return []
+    firsts = steps[steps["branch_of_episode"].notna() & (steps["step_idx"] == 0)]
+    links = zip(firsts["episode_id"], firsts["branch_of_episode"], firsts["branch_of_step"], strict=True)
+    return sorted((str(e), str(src), int(t)) for e, src, t in links)
+
+
+def branch_summary(steps: pd.DataFrame, shown: int = 20) -> dict:
+    """What a person checks of a branched round (empty without branches): points, continuations, the share
+    of sampled completion tokens the continuations took, and the first `shown` links as a Markdown table."""
+    links = branch_links(steps)
+    if not links:
+        return {}
+    tokens = steps["completion_ids"].map(len)
+    in_branches = steps["branch_of_episode"].notna()
+    rows = "\n".join(f"| {e} | {src} | {t} |" for e, src, t in links[:shown])
+    more = f"\n\n… and {len(links) - shown} more" if len(links) > shown else ""
+    return {
+        "branch_points": len({(src, t) for _, src, t in links}),
+        "continuations": len(links),
+        "continuation_token_share": float(tokens[in_branches].sum() / max(int(tokens.sum()), 1)),
+        "links": f"| continuation | branch of episode | at step |\n|---|---|---|\n{rows}{more}",
+    }

@@ -263,10 +263,10 @@ class LineageStore:
         self.transaction(work)
 
     def branches(self, steps_hash: str) -> list[tuple[str, str, int]]:
-        """(episode_id, branch_of_episode, branch_of_step) of the continuations in `steps_hash`, sorted."""
+        """(episode_id, branch_of_episode, branch_of_step) of the continuations in `steps_hash`, by episode_id."""
         return [tuple(r) for r in self.fetchall(
             "SELECT episode_id, branch_of_episode, branch_of_step FROM branches WHERE steps_hash = ? "
-            "ORDER BY branch_of_episode, branch_of_step, episode_id", [steps_hash])]  # fmt: skip
+            "ORDER BY episode_id", [steps_hash])]  # fmt: skip
 
     def record_initial_policy(
         self, experiment: str, path: str, content_hash: str, meta: Mapping[str, Any] | None = None

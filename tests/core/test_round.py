@@ -80,3 +80,26 @@ def test_a_table_that_does_not_cover_every_step_is_refused_by_name():
 def test_token_expansion_keeps_an_empty_completion_empty():
     rows = pd.DataFrame({"completion_ids": [[], [5, 6]], "advantage": [1.5, -0.25]})
     assert with_token_advantages(rows)["completion_advantages"].tolist() == [[], [-0.25, -0.25]]
+
+
+def test_an_igpo_round_records_the_gold_answer_log_probability_of_every_step(tiny_policy, tmp_path):
+    """The rollouts stage adds `gold_logprob` for an estimator that reads it: ℓ of the episode's gold answer
+    after each step's prompt, as `gold_logprobs` gives it directly."""
+    from creditline.config import from_dict
+    from creditline.engines import TorchEngine
+    from creditline.envs import make_env
+    from creditline.gold_answer import gold_logprobs
+    from creditline.round import generate_rollouts
+
+    model, tokenizer = tiny_policy
+    config = from_dict({"env": {"name": "lookup", "params": {}}, "advantages": {"estimator": "igpo", "params": {}},
+                        "rollouts": {"tasks_per_round": 3, "group_size": 2}})  # fmt: skip
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer=tokenizer)
+    steps = generate_rollouts(engine, tokenizer, config, 1).steps
+    env = make_env("lookup")
+    answers = []
+    for task in steps["task_id"]:
+        env.reset(int(task), 0)
+        answers.append(env.gold_answer())
+    expected = gold_logprobs(model, tokenizer, list(steps["prompt_ids"]), answers)
+    np.testing.assert_allclose(steps["gold_logprob"].to_numpy(), expected, rtol=1e-6)

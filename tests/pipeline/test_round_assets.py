@@ -175,3 +175,26 @@ def test_no_slow_work_runs_while_the_catalog_is_locked(tmp_path, monkeypatch):
         for round_ in (1, 2):
             assert run_round(tmp_path, "unlocked", round_, instance)[0].success
     assert locked_during == []
+
+
+def test_a_branched_round_records_its_continuations_in_lineage_and_the_ui(tmp_path):
+    """A round with branching through Dagster: the continuations are rows of the round's tables, their links
+    are recorded in the lineage store under the steps table's hash, and the steps materialisation shows them."""
+    from creditline.branching import branch_links
+
+    branching = {"points": "every", "every": 4, "continuations": 2}
+    with dg.instance_for_test() as instance:
+        result, store = run_round(tmp_path, "branched", 1, instance, branching=branching,
+                                  advantages={"estimator": "mc_branch", "params": {}})  # fmt: skip
+        assert result.success
+        steps = store.artifact("branched", 1, "steps")
+        table = __import__("pandas").read_parquet(steps.path)
+        links = branch_links(table)
+        assert links and store.branches(steps.content_hash) == links
+        assert steps.meta["continuations"] == len(links) and steps.meta["branch_points"] * 2 == len(links)
+        shown = instance.get_latest_materialization_event(dg.AssetKey("steps")).asset_materialization.metadata
+        assert shown["continuations"].value == len(links)
+        assert shown["branches"].value.startswith("| continuation | branch of episode | at step |")
+        assert 0 < shown["continuation_token_share"].value < 1
+        advantages = store.artifact("branched", 1, "advantages")
+        assert advantages.meta["estimator"] == "mc_branch"
