@@ -50,7 +50,11 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
             lineage, experiment, round_, "advantages", parents, meta={"params_hash": digest}
         )
     episodes, steps, scores = (read_checked(r) for r in (episodes_record, steps_record, scores_record))
-    frame = read_parquet(record.path) if record is not None else step_advantages(steps, scores, settings)
+    frame = (
+        read_parquet(record.path)
+        if record is not None
+        else step_advantages(steps, scores, settings, episodes)
+    )
     credit = credit_table(episodes, steps, scores, frame, credit_episodes(episodes, steps))
     png = credit_picture(credit, settings.estimator, f"{experiment} round {round_}: credit per step")
     picture = lineage.round_dir(experiment, round_) / "credit.png"
@@ -59,12 +63,19 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         "abs_mean": float(frame["advantage"].abs().mean()),
         "std": float(frame["advantage"].std()),
         "nonzero_share": float((frame["advantage"] != 0).mean()),
+        **(
+            {"filtered_share": float(1 - frame.drop_duplicates("episode_id")["kept"].mean())}
+            if "kept" in frame
+            else {}
+        ),
     }
     if record is None:  # else an earlier attempt got this far
         written = write_table(lineage, frame, table="advantages", experiment=experiment, round_=round_)
         record = record_table(
             context, lineage, written, kind="advantages", experiment=experiment, round_=round_,
-            meta={"estimator": settings.estimator, "params": settings.params, "params_hash": digest},
+            meta={"estimator": settings.estimator, "params": settings.params, "params_hash": digest,
+                  **({"sample_filter": settings.sample_filter, "filter_remove": settings.filter_remove}
+                     if settings.sample_filter != "none" else {})},
             parents=parents,
         )  # fmt: skip
     log_round(

@@ -59,7 +59,8 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
 
 @dg.asset(partitions_def=RESCORE, group_name="rescore",
           code_version=VERSION,
-          deps=["rescored_scores", dg.AssetDep("steps", partition_mapping=TO_ROUND),
+          deps=["rescored_scores", dg.AssetDep("episodes", partition_mapping=TO_ROUND),
+                dg.AssetDep("steps", partition_mapping=TO_ROUND),
                 dg.AssetDep("scores", partition_mapping=TO_ROUND), dg.AssetDep("advantages", partition_mapping=TO_ROUND)],
           description="Advantages recomputed from the re-scored rewards, compared with those the round trained on.")  # fmt: skip
 def rescored_advantages(
@@ -68,11 +69,12 @@ def rescored_advantages(
     experiment, round_, version = _partition(context)
     config = lineage.experiment(experiment)
     steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
+    episodes, _ = read_artifact(lineage, experiment, round_, "episodes")
     rescored, rescored_record = read_artifact(lineage, experiment, round_, "rescore_scores", version)
     trained_scores, _ = read_artifact(lineage, experiment, round_, "scores")
     trained_advantages, trained_record = read_artifact(lineage, experiment, round_, "advantages")
     settings = config.advantages
-    frame = step_advantages(steps, rescored, settings)
+    frame = step_advantages(steps, rescored, settings, episodes)
     record = persist_table(
         context, lineage, frame, table="advantages", kind="rescore_advantages", variant=version,
         experiment=experiment, round_=round_,

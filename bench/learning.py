@@ -70,7 +70,7 @@ TASKS: dict[str, dict] = {
     "sparse-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}},
     "long-maze": {"rounds": 20, "env": {"name": "maze", "params": {**MAZE, "size": 7, "max_steps": 28}}},
     "single-turn": {"rounds": 15, "env": {"name": "arithmetic", "params": {"max_operand": 4}}},
-    "lookup": {"rounds": 15, "env": {"name": "lookup", "params": {}}},
+    "lookup": {"rounds": 60, "env": {"name": "lookup", "params": {}}},
 }
 """Each task's overrides of the default experiment."""
 SPARSE = {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}
@@ -92,6 +92,9 @@ ESTIMATORS: dict[str, AdvantageSettings] = {
     "grpo": AdvantageSettings("grpo", {"norm_by_std": True}),  # as published: normalised by the group's std
     "dr_grpo": AdvantageSettings("grpo", {"norm_by_std": False}),  # Dr.GRPO: r − μ_g, no std
     "gigpo_mean_norm": AdvantageSettings("gigpo", {"mode": "mean_norm"}),  # GiGPO without dividing by σ
+    "grpo_prof": AdvantageSettings(
+        "grpo", {"norm_by_std": True}, sample_filter="prof"
+    ),  # PROF: 4 of 8 dropped
 }
 """The table's rows: every registered estimator with its defaults, and named variants (opt-in)."""
 VARIANTS = ("dr_grpo", "gigpo_mean_norm")
@@ -105,9 +108,10 @@ BRANCHED: dict[str, dict] = {
 """Estimators that learn from continuations: half the tasks per round, and the other half's most tokens
 (32 tasks × 8 samples × 16 one-token steps = 4,096) as the continuations' budget, so a round samples at most
 the tokens of the others' (compare the table's tokens column too)."""
-ADDED_SINCE_RUNS = ("branching",)
-"""Config sections added after runs on file were played: left out of a run's key while at their defaults,
-so those runs still count (a registered config reads back the same way, `creditline.config`)."""
+ADDED_SINCE_RUNS = (("branching", None), ("advantages", "sample_filter"), ("advantages", "filter_remove"))
+"""Config sections (None: the whole section) and fields added after runs on file were played: left out of a
+run's key while at their defaults, so those runs still count (as a registered config reads back,
+`creditline.config`)."""
 QUICK = {"rounds": 2, "rollouts": {"tasks_per_round": 4, "group_size": 4}, "eval": {"num_tasks": 8}}
 THRESHOLD = 0.30
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -135,7 +139,12 @@ def task_config(
 def run_key(config: ExperimentConfig) -> str:
     """The hash a run is filed under: the config's, without the sections added since at their defaults."""
     data, default = config.to_dict(), ExperimentConfig().to_dict()
-    return config_hash({k: v for k, v in data.items() if not (k in ADDED_SINCE_RUNS and v == default[k])})
+    for section, name in ADDED_SINCE_RUNS:
+        if name is None and data[section] == default[section]:
+            del data[section]
+        elif name is not None and data[section][name] == default[section][name]:
+            data[section] = {k: v for k, v in data[section].items() if k != name}
+    return config_hash(data)
 
 
 def run(config: ExperimentConfig) -> dict:
@@ -149,7 +158,7 @@ def run(config: ExperimentConfig) -> dict:
     for round_ in range(1, config.rounds + 1):
         tables = generate_rollouts(engine, tokenizer, config, round_)
         scores = score_rollouts(config, tables.episodes, tables.steps)
-        advantages = step_advantages(tables.steps, scores, config.advantages)
+        advantages = step_advantages(tables.steps, scores, config.advantages, tables.episodes)
         _, optimizer_state = train_policy(model, tokenizer, tables.steps, advantages, config, round_,
                                           optimizer_state, reference_policy=folder)  # fmt: skip
         success.append(evaluate_policy(engine, tokenizer, config, round_)[1].success_rate)

@@ -166,7 +166,7 @@ def core_round(
     lap("generate")
     scores = score_rollouts(config, tables.episodes, tables.steps)
     lap("score")
-    advantages = step_advantages(tables.steps, scores, config.advantages)
+    advantages = step_advantages(tables.steps, scores, config.advantages, tables.episodes)
     lap("advantages")
     _, optimizer_state = train_policy(model, tokenizer, tables.steps, advantages, config, round_,
                                       load_optimizer_state(parent))  # fmt: skip

@@ -34,6 +34,7 @@ from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check
 from creditline.engines.base import SamplingParams
 from creditline.envs import Environment, environment_factory, make_env
 from creditline.rollout import PROMPT_FORMATS
+from creditline.sample_filter import FILTERS
 from creditline.trainer import TrainConfig
 from creditline.warm_start import WarmStartSettings
 
@@ -111,6 +112,11 @@ class AdvantageSettings:
         default_factory=lambda: {"mode": "mean_std_norm", "gamma": 0.95, "step_advantage_w": 1.0}
     )
     """The estimator's keyword parameters; checked by resolving them and computing a probe table."""
+    sample_filter: str = field(default="none", metadata={"choices": FILTERS})
+    """Episodes left out of the update before advantages are computed: "none", or "prof" (PROF's process
+    consistency filter, `creditline.sample_filter`)."""
+    filter_remove: int = field(default=4, metadata={"range": "[1, 1024]"})
+    """"prof": episodes dropped per group (PROF's recipe: 4 of 8)."""
 
 
 @dataclass(frozen=True)

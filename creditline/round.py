@@ -35,6 +35,7 @@ from creditline.gold_answer import with_gold_logprobs
 from creditline.policy_update import update_policy
 from creditline.rollout import RolloutTables, reset_seed, run_episodes
 from creditline.rubrics import get_rubric
+from creditline.sample_filter import prof_keep
 from creditline.tasks import training_task_ids
 
 STEP_KEY = ["episode_id", "step_idx"]
@@ -81,11 +82,18 @@ def score_rollouts(config: ExperimentConfig, episodes: pd.DataFrame, steps: pd.D
     return get_rubric(config.rubric).score(episodes, steps)
 
 
-def step_advantages(steps: pd.DataFrame, scores: pd.DataFrame, settings: AdvantageSettings) -> pd.DataFrame:
+def step_advantages(
+    steps: pd.DataFrame,
+    scores: pd.DataFrame,
+    settings: AdvantageSettings,
+    episodes: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Stage 3: one advantage per step row from the estimator, computed once over the joined round.
 
     An imported round's steps may carry the advantage their source assigned (`preset_advantage`, NaN where
-    none): it is kept, and the estimator fills the rest (verifiers' fill-if-None, `fill_preset`).
+    none): it is kept, and the estimator fills the rest (verifiers' fill-if-None, `fill_preset`). With a
+    sample filter (`settings.sample_filter`, which reads the `episodes`' success), the estimator sees the kept
+    episodes only; a dropped episode's rows get advantage 0 and `kept` False, and the trainer skips them.
     """
     preset = ["preset_advantage"] if "preset_advantage" in steps else []
     extra = [name for name in input_columns(settings.estimator) if name in steps]
@@ -93,15 +101,22 @@ def step_advantages(steps: pd.DataFrame, scores: pd.DataFrame, settings: Advanta
         steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset, *extra]],
         scores, ["rubric_version", "step_reward", "episode_reward"], "scores",
     )  # fmt: skip
-    advantage = compute(settings.estimator, joined, **settings.params)  # (S,)
+    kept = np.ones(len(joined), dtype=bool)
+    if settings.sample_filter == "prof":
+        if episodes is None:
+            raise ValueError("the prof sample filter needs the round's episodes (their success)")
+        kept = prof_keep(joined, episodes, settings.filter_remove).reindex(joined["episode_id"]).to_numpy()
+    advantage = np.zeros(len(joined))
+    advantage[kept] = compute(settings.estimator, joined[kept], **settings.params)  # (S_kept,)
     if preset:
         advantage = fill_preset(joined["preset_advantage"].to_numpy(dtype=float), advantage)
-    return pd.DataFrame({
+    table = pd.DataFrame({
         "episode_id": joined["episode_id"], "group_id": joined["group_id"], "step_idx": joined["step_idx"],
         "rubric_version": joined["rubric_version"], "estimator": settings.estimator,
         "params_hash": params_hash(settings.estimator, settings.params), "advantage": advantage,
         "completion_length": joined["completion_ids"].map(len).to_numpy(),
     })  # fmt: skip
+    return table.assign(kept=kept) if settings.sample_filter != "none" else table
 
 
 def with_token_advantages(rows: pd.DataFrame) -> pd.DataFrame:
@@ -129,6 +144,8 @@ def train_policy(
 ) -> tuple[list[dict], dict]:
     """Stage 4: the clipped policy-gradient update of `model` in place; (per-update metrics, optimiser state)."""
     rows = training_rows(steps, advantages)
+    if "kept" in advantages:  # a sample filter's dropped episodes are not trained on
+        rows = rows[join_on_step(steps[STEP_KEY], advantages, ["kept"], "advantages")["kept"].to_numpy()]
     return update_policy(
         model, tokenizer.pad_token_id, rows, config, round_, optimizer_state, reference_policy
     )

@@ -151,6 +151,9 @@ class AdvantagesTable(pa.DataFrameModel):
     params_hash: Series[str]
     advantage: Series[float]
     completion_length: Series[int] = pa.Field(ge=0)
+    kept: Series[bool] | None
+    """Rounds with a sample filter only: False on the rows of an episode the filter dropped (advantage 0,
+    not trained on; `creditline.sample_filter`)."""
     completion_advantages: Series[object] | None
     """Written by rounds before per-token advantages were expanded at pack time
     (`creditline.round.with_token_advantages`); kept readable, never written now."""

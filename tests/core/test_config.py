@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # `ExperimentConfig().to_dict()` of this release: the default experiment's registered config (and so its
 # hash) must not change unnoticed.
 DEFAULT_SNAPSHOT = json.loads("""
-{"advantages": {"estimator": "gigpo", "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}},
+{"advantages": {"estimator": "gigpo", "filter_remove": 4,
+                "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}, "sample_filter": "none"},
  "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
                                     "view": "relative"}},
  "branching": {"continuations": 2, "every": 2, "per_episode": 2, "points": "none", "token_budget": 0},
@@ -44,10 +45,10 @@ DEFAULT_SNAPSHOT = json.loads("""
  "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": ""},
  "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
 """)
-DEFAULT_HASH = "c5359d610b354c71"
+DEFAULT_HASH = "04070c0a53888956"
 """`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
-# The default as the fifth release registered it (hash e07df9c916a6bdde): no branching.
+# The default as the fifth release registered it (hash e07df9c916a6bdde): no branching, no sample filter.
 RELEASE_5_SNAPSHOT = json.loads("""
 {"advantages": {"estimator": "gigpo", "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}},
  "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,

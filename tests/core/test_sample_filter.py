@@ -1,0 +1,71 @@
+"""PROF's consistency filter (creditline.sample_filter) and the round's use of it, by hand."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from creditline.config import AdvantageSettings
+from creditline.round import step_advantages, training_rows
+from creditline.sample_filter import consistency, prof_keep
+
+
+def round_tables(step_rewards: dict[str, list[float]], success: dict[str, bool], group="g"):
+    rows = [{"episode_id": e, "group_id": group, "step_idx": t, "step_reward": r, "anchor_key": "0" * 16,
+             "completion_ids": [1], "rubric_version": "v"}
+            for e, rewards in step_rewards.items() for t, r in enumerate(rewards)]  # fmt: skip
+    steps = pd.DataFrame(rows)
+    scores = steps.assign(episode_reward=steps.groupby("episode_id")["step_reward"].transform("sum"))
+    episodes = pd.DataFrame({"episode_id": list(success), "success": list(success.values())})
+    return steps, scores, episodes
+
+
+# four episodes, μ = mean of all 8 step rewards = 0.25
+REWARDS = {"a": [1.0, 0.0], "b": [0.0, 0.0], "c": [1.0, 0.0], "d": [0.0, 0.0]}
+SUCCESS = {"a": True, "b": True, "c": False, "d": False}
+
+
+def test_consistency_by_hand():
+    steps, scores, episodes = round_tables(REWARDS, SUCCESS)
+    s = consistency(scores, episodes.set_index("episode_id")["success"])
+    # a correct: mean(2(1 − .25), 2(0 − .25)) = 0.5; b correct: −0.5; c failed: −0.5; d failed: +0.5
+    assert s.to_dict() == pytest.approx({"a": 0.5, "b": -0.5, "c": -0.5, "d": 0.5})
+
+
+def test_prof_drops_the_least_consistent_keeping_the_classes_balanced():
+    steps, scores, episodes = round_tables(REWARDS, SUCCESS)
+    # P = N = 2, remove 2: n_pos = min(2, round((0 + 2)/2)) = 1 → drop b (correct, s −.5), then c (failed, −.5)
+    assert prof_keep(scores, episodes, 2).to_dict() == {"a": True, "b": False, "c": False, "d": True}
+    # remove 1: n_pos = round(0.5) = 0 (banker's rounding, as PROF's Python) → drop one failed: c
+    assert prof_keep(scores, episodes, 1).to_dict() == {"a": True, "b": True, "c": False, "d": True}
+
+
+def test_prof_with_more_correct_drops_correct_first():
+    success = {"a": True, "b": True, "c": True, "d": False}
+    steps, scores, episodes = round_tables(REWARDS, success)
+    # δ = 2, remove 2: n_pos = min(2, round(4/2)) = 2 → the two correct of lowest s: b (−.5), then a vs c
+    # (a: .5, c: .5 as correct) → tie broken by episode_id: a
+    assert prof_keep(scores, episodes, 2).to_dict() == {"a": False, "b": False, "c": True, "d": True}
+
+
+def test_the_round_trains_on_the_kept_episodes_only(tiny_policy):
+    steps, scores, episodes = round_tables(REWARDS, SUCCESS)
+    settings = AdvantageSettings("grpo", {"norm_by_std": False}, sample_filter="prof", filter_remove=2)
+    table = step_advantages(steps, scores, settings, episodes).set_index(["episode_id", "step_idx"])
+    assert table["kept"].groupby(level=0).first().to_dict() == {"a": True, "b": False, "c": False, "d": True}
+    # GRPO over the kept a (return 1) and d (0) only: ±0.5; dropped rows 0
+    assert table["advantage"].groupby(level=0).first().to_dict() == {"a": 0.5, "b": 0.0, "c": 0.0, "d": -0.5}
+    with pytest.raises(ValueError, match="needs the round's episodes"):
+        step_advantages(steps, scores, settings)
+    rows = training_rows(steps, table.reset_index())
+    assert len(rows) == len(steps)  # the join covers every row; train_policy drops the unkept
+    assert np.isfinite(table["advantage"]).all()
+
+
+def test_row_order_does_not_change_what_prof_keeps():
+    rng = np.random.default_rng(0)
+    rewards = {f"e{i}": list(rng.integers(0, 2, size=3).astype(float)) for i in range(8)}
+    success = {e: bool(rng.integers(0, 2)) for e in rewards}
+    steps, scores, episodes = round_tables(rewards, success)
+    kept = prof_keep(scores, episodes, 4)
+    again = prof_keep(scores.sample(frac=1, random_state=3), episodes.sample(frac=1, random_state=4), 4)
+    assert kept.sort_index().equals(again.sort_index()) and (~kept).sum() == 4
