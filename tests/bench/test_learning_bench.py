@@ -57,3 +57,21 @@ def test_the_table_and_its_statistics_by_hand():
     }
     (row,) = learning.table(results).splitlines()[2:]
     assert row == "| t | a | 2 | 0.40 ± 2.54 | 1 (1/2 seeds) | 10 | 8 | 16 |"
+
+
+def test_branched_estimators_spend_half_the_tasks_on_continuations_and_igpo_needs_a_gold_answer():
+    sys.path.insert(0, str(BENCH.parent))
+    import learning
+
+    from creditline.config_checks import ConfigError
+
+    branched = learning.task_config("sparse-maze", "mc_branch", 0, quick=False)
+    plain = learning.task_config("sparse-maze", "grpo", 0, quick=False)
+    assert branched.branching.points == "entropy" and branched.branching.token_budget == 4096
+    assert branched.rollouts.tasks_per_round * 2 == plain.rollouts.tasks_per_round == 64
+    assert learning.task_config("lookup", "igpo", 0, quick=False).advantages.estimator == "igpo"
+    with pytest.raises(ConfigError, match="needs tasks with a gold answer"):
+        learning.task_config("sparse-maze", "igpo", 0, quick=False)
+    # a run on file from before branching and the sample filter existed keeps its key
+    saved = json.loads((BENCH.parent / "results" / "runs" / "sparse-maze-grpo-s0.json").read_text())
+    assert learning.run_key(plain) == saved["config_hash"]
