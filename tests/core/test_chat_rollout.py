@@ -226,3 +226,25 @@ def test_chat_last_needs_a_chat_template_too(tmp_path):
     assert line.startswith(
         'rollouts.prompt_format = "chat-last": the built-in tiny policy has no chat template'
     )
+
+
+@pytest.mark.parametrize("prompt_format", ["chat", "chat-last"])
+def test_branching_a_chat_episode_rebuilds_its_conversation_token_for_token(chat_policy, prompt_format):
+    """A continuation of a chat episode starts from the prompt the policy saw at the branch point: the
+    conversation rebuilt from the recorded observations and completions (checked against the recording)."""
+    from creditline.branching import BranchSettings, choose_points, play_branches, with_branches
+    from creditline.rollout import reset_seed
+
+    model, tokenizer = chat_policy
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=3, seed=7)
+    tables = run_episodes(engine, tokenizer, maze, "chat", 1, [0, 1], 2, sampling, prompt_format)
+    points = choose_points(tables.steps, BranchSettings(points="every", every=2, continuations=1), 0, 1)
+    assert points
+    branches = play_branches(engine, tokenizer, maze, tables.steps, points, 1, 1, sampling, prompt_format,
+                             lambda t, s: reset_seed(7, 1, t, s))  # fmt: skip
+    steps = with_branches(tables, branches).steps.set_index(["episode_id", "step_idx"])
+    StepsTable.validate(steps.reset_index())
+    for point in points:
+        first = steps.loc[(f"{point.episode_id}:b{point.step_idx}.0", 0)]
+        assert list(first["prompt_ids"]) == list(steps.loc[(point.episode_id, point.step_idx)]["prompt_ids"])
