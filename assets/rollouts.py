@@ -91,6 +91,8 @@ def rollouts(
         "steps_per_episode": float(episode_table["num_steps"].mean()),
         "truncated_completion_rate": _truncated_completions(step_table),
     }
+    branching = branch_summary(step_table)  # {} for a round without continuations
+    branch_counts = {k: v for k, v in branching.items() if k != "links"}
     if steps is None or episodes is None:  # else an earlier attempt got this far
         imported = {} if source is None else {"imported": source.meta.get("format")}
         common = dict(experiment=experiment, round_=round_)
@@ -100,16 +102,13 @@ def rollouts(
             episodes = record_table(
                 context, lineage, written[0], kind="episodes", parents=generated_by, **common
             )
-            counts = {
-                k: v for k, v in branch_summary(step_table).items() if k in ("branch_points", "continuations")
-            }
+            counts = {k: v for k, v in branching.items() if k in ("branch_points", "continuations")}
             steps = record_table(context, lineage, written[1], kind="steps", parents=generated_by,
                                  meta={"parent_checkpoint": parent.content_hash, **imported, **counts}, **common)  # fmt: skip
-    branching = branch_summary(step_table)
     if branching:  # the continuations' links, by the steps table's hash (idempotent when re-run)
         with store.session():
             store.record_branches(steps.content_hash, branch_links(step_table))
-        metrics.update({k: v for k, v in branching.items() if k != "links"})
+        metrics.update(branch_counts)
     log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
     context.log.info(
         f"{experiment} round {round_}: {len(episode_table)} episodes, {len(step_table)} steps, "
@@ -124,9 +123,8 @@ def rollouts(
                        env_return=metrics["env_return"], parent_checkpoint=parent.content_hash)  # fmt: skip
     yield materialized(steps, "steps", valid_action_rate=metrics["valid_action_rate"],
                        truncated_completion_rate=metrics["truncated_completion_rate"],
-                       parent_checkpoint=parent.content_hash,
-                       **({} if not branching else {**{k: v for k, v in branching.items() if k != "links"},
-                                                    "branches": dg.MetadataValue.md(branching["links"])}))  # fmt: skip
+                       parent_checkpoint=parent.content_hash, **branch_counts,
+                       **({"branches": dg.MetadataValue.md(branching["links"])} if branching else {}))  # fmt: skip
 
 
 def _truncated_completions(steps) -> float:

@@ -44,7 +44,7 @@ import pandas as pd
 
 from creditline import ids
 from creditline.conversation import Conversation
-from creditline.engines.base import Engine, SamplingParams
+from creditline.engines.base import Completion, Engine, SamplingParams
 from creditline.envs.base import Environment, Observation
 from creditline.rollout import (
     LiveEpisode,
@@ -181,7 +181,8 @@ def recorded_prompt(
     live = start_episode(env, Observation(recorded.at[first, "observation"], ""), tokenizer, prompt_format,
                          episode_id="", group_id="", task_id=0, sample_idx=0)  # fmt: skip
     for k in range(first, step_idx):
-        completion = _Recorded(list(recorded.at[k, "completion_ids"]), recorded.at[k, "finish_reason"])
+        completion = Completion(list(recorded.at[k, "completion_ids"]), list(recorded.at[k, "completion_logprobs"]),
+                                recorded.at[k, "finish_reason"])  # fmt: skip
         live.prompt_ids = next_prompt(
             live, tokenizer, completion, Observation(recorded.at[k + 1, "observation"], "")
         )
@@ -200,14 +201,6 @@ def _check_observation(source: str, step_idx: int, recorded: pd.DataFrame, obser
     _check(
         source, step_idx, "anchor", recorded.at[step_idx, "anchor_key"], ids.anchor_key(observation.anchor)
     )
-
-
-@dataclass(frozen=True)
-class _Recorded:
-    """A recorded completion, as the next-turn rule reads it."""
-
-    token_ids: list[int]
-    finish_reason: str
 
 
 def _check(episode_id: str, step_idx: int, what: str, recorded, replayed) -> None:

@@ -128,8 +128,10 @@ def with_token_advantages(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def training_rows(steps: pd.DataFrame, advantages: pd.DataFrame) -> pd.DataFrame:
-    """The step rows with their advantage, per step and per completion token (one advantage row per step)."""
-    return with_token_advantages(join_on_step(steps, advantages, ["advantage"], "advantages"))
+    """The step rows with their advantage, per step and per completion token (one advantage row per step),
+    and a sample filter's `kept` where the advantages have one."""
+    kept = ["kept"] if "kept" in advantages else []
+    return with_token_advantages(join_on_step(steps, advantages, ["advantage", *kept], "advantages"))
 
 
 def train_policy(
@@ -144,8 +146,8 @@ def train_policy(
 ) -> tuple[list[dict], dict]:
     """Stage 4: the clipped policy-gradient update of `model` in place; (per-update metrics, optimiser state)."""
     rows = training_rows(steps, advantages)
-    if "kept" in advantages:  # a sample filter's dropped episodes are not trained on
-        rows = rows[join_on_step(steps[STEP_KEY], advantages, ["kept"], "advantages")["kept"].to_numpy()]
+    if "kept" in rows:  # a sample filter's dropped episodes are not trained on
+        rows = rows[rows["kept"].to_numpy(dtype=bool)]
     return update_policy(
         model, tokenizer.pad_token_id, rows, config, round_, optimizer_state, reference_policy
     )

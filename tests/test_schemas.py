@@ -74,3 +74,16 @@ def test_completion_advantages_must_match_the_completion_length():
     # rounds written before per-token values were expanded at pack time carry the column; new ones do not
     assert len(validate(AdvantagesTable, frame.assign(completion_advantages=[[0.5, 0.5]]), "advantages")) == 1
     assert len(validate(AdvantagesTable, frame.drop(columns="completion_advantages"), "advantages")) == 1
+
+
+def test_a_continuation_link_needs_both_its_episode_and_its_step():
+    linked = steps_frame().assign(branch_of_episode=[None, None, "e:s0"],
+                                  branch_of_step=pd.array([None, None, 1], dtype="Int64"))  # fmt: skip
+    assert len(validate(StepsTable, linked, "steps")) == 3
+    half = linked.assign(branch_of_step=pd.array([None, None, None], dtype="Int64"))
+    with pytest.raises(
+        TableValidationError, match="branch_of_episode and branch_of_step must be null together"
+    ):
+        validate(StepsTable, half, "steps")
+    with pytest.raises(TableValidationError, match="branch_of_step"):
+        validate(StepsTable, linked.assign(branch_of_step=pd.array([None, None, 0], dtype="Int64")), "steps")

@@ -116,6 +116,12 @@ class Segments:
         has_next = on_root & (nxt_pos < len(cuts)) & (nxt // m == self.root_episode[ep])
         self.start = start
         self.next = np.where(has_next, nxt % m, -1)  # (S,) depth of the path's next cut, −1 if none
+        # the cut before the segment's start on the root path (its root's cut 0 is always there), −1 for a
+        # segment starting at 0: the parent node in the tree of segments
+        before = cuts[
+            np.maximum(np.searchsorted(cuts, self.root_episode[ep] * m + start, side="left") - 1, 0)
+        ]
+        self.previous = np.where(start > 0, before % m, -1)  # (S,)
         # the valued state: the group's start state, or (root episode, branch step)
         state_key = np.where(start == 0, -1 - table.group, self.root_episode[ep] * m + start)
         self.state, self.n_states = _codes(state_key)
@@ -173,35 +179,34 @@ def spo_tree(table: StepTable, conv: Conventions, *, treerl: bool = False) -> np
     branched = np.flatnonzero(source >= 0)
     src_rows = table.ep_start[source[branched]]
     leaf[branched] += before[src_rows + at[branched]] - before[src_rows]
-    # per root episode: its cuts a_0 = 0 < a_1 < … < a_m, and V(n_j) for each segment j, leaf last
+    # per root episode: V of each segment, from its own leaf (the last segment) back to its first,
+    # keyed root episode * M + segment start
     conts: dict[int, dict[int, list[float]]] = {}
     for c in branched:
         conts.setdefault(int(source[c]), {}).setdefault(int(at[c]), []).append(float(leaf[c]))
-    node_value: dict[tuple[int, int], float] = {}  # (root episode, segment start) -> V
+    node_value: dict[int, float] = {}
     for e in np.flatnonzero(source < 0):
         points = conts.get(int(e), {})
-        value = float(leaf[e])  # the last segment is the source's own leaf
+        value = float(leaf[e])
         for start in sorted(points, reverse=True):
-            node_value[(int(e), start)] = value
+            node_value[int(e) * seg.m + start] = value
             value = float(np.mean([value, *points[start]]))  # the node above: mean of its children
-        node_value[(int(e), 0)] = value
-    group = table.ep_group
-    first = np.array([node_value[(int(e), 0)] for e in range(n_episodes) if source[e] < 0])
-    root_value = np.zeros(table.n_groups)
-    np.add.at(root_value, group[source < 0], first)
-    root_value /= np.maximum(np.bincount(group[source < 0], minlength=table.n_groups), 1)
+        node_value[int(e) * seg.m] = value
+    values = pd.Series(node_value)
+    roots = np.flatnonzero(source < 0)
+    group = table.ep_group[roots]
+    first = values.reindex(roots * seg.m).to_numpy()  # V of each root episode's first segment
+    root_value = (np.bincount(group, weights=first, minlength=table.n_groups)
+                  / np.maximum(np.bincount(group, minlength=table.n_groups), 1))  # fmt: skip
     # every row: its node's value and its parent's (the root path's segment ending where the node starts)
     ep = table.episode
-    own = np.empty(table.n_rows)
-    parent = np.empty(table.n_rows)
-    for r in range(table.n_rows):
-        e = int(ep[r])
-        root_e = int(seg.root_episode[e])
-        cuts = sorted({0, *conts.get(root_e, {})})
-        start = int(seg.start[r])
-        own[r] = leaf[e] if source[e] >= 0 else node_value[(root_e, start)]
-        earlier = [c for c in cuts if c < start]
-        parent[r] = node_value[(root_e, earlier[-1])] if earlier else root_value[table.group[r]]
+    root_of_row = seg.root_episode[ep] * seg.m
+    own = np.where(source[ep] >= 0, leaf[ep], values.reindex(root_of_row + seg.start).to_numpy())
+    parent = np.where(
+        seg.previous >= 0,
+        values.reindex(root_of_row + np.maximum(seg.previous, 0)).to_numpy(),
+        root_value[table.group],
+    )
     advantage = own - parent
     if treerl:
         advantage += own - root_value[table.group]

@@ -47,7 +47,7 @@ def test_prof_with_more_correct_drops_correct_first():
     assert prof_keep(scores, episodes, 2).to_dict() == {"a": False, "b": False, "c": True, "d": True}
 
 
-def test_the_round_trains_on_the_kept_episodes_only(tiny_policy):
+def test_the_round_learns_from_the_kept_episodes_only():
     steps, scores, episodes = round_tables(REWARDS, SUCCESS)
     settings = AdvantageSettings("grpo", {"norm_by_std": False}, sample_filter="prof", filter_remove=2)
     table = step_advantages(steps, scores, settings, episodes).set_index(["episode_id", "step_idx"])
@@ -69,3 +69,24 @@ def test_row_order_does_not_change_what_prof_keeps():
     kept = prof_keep(scores, episodes, 4)
     again = prof_keep(scores.sample(frac=1, random_state=3), episodes.sample(frac=1, random_state=4), 4)
     assert kept.sort_index().equals(again.sort_index()) and (~kept).sum() == 4
+
+
+def test_the_update_trains_on_the_kept_rows_only(tiny_policy):
+    """A real round of the tiny policy with the filter on: the trainer's minibatches hold exactly the kept
+    step rows (plain prompts: one training row per step)."""
+    from creditline.config import from_dict
+    from creditline.engines import TorchEngine
+    from creditline.round import generate_rollouts, score_rollouts, train_policy
+
+    model, tokenizer = tiny_policy
+    config = from_dict({"rollouts": {"tasks_per_round": 2, "group_size": 4},
+                        "advantages": {"estimator": "grpo", "params": {}, "sample_filter": "prof",
+                                       "filter_remove": 2},
+                        "train": {"epochs": 1, "minibatches": 1}})  # fmt: skip
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer=tokenizer)
+    tables = generate_rollouts(engine, tokenizer, config, 1)
+    scores = score_rollouts(config, tables.episodes, tables.steps)
+    advantages = step_advantages(tables.steps, scores, config.advantages, tables.episodes)
+    assert (~advantages.drop_duplicates("episode_id")["kept"]).sum() == 2 * 2  # 2 of 4 in each of 2 groups
+    metrics, _ = train_policy(model, tokenizer, tables.steps, advantages, config, 1, None)
+    assert sum(m["rows"] for m in metrics) == int(advantages["kept"].sum()) < len(tables.steps)
