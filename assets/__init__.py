@@ -1,4 +1,4 @@
-"""Dagster assets: a round (episodes, steps → scores → advantages → checkpoint → evaluation) and the re-score branch."""
+"""Dagster assets: a round (episodes, steps → scores → reward model → advantages → checkpoint → evaluation) and the re-score branch."""
 
 import warnings
 
@@ -16,11 +16,12 @@ from assets.checks import ROUND_CHECKS  # noqa: E402
 from assets.evaluation import evaluation  # noqa: E402
 from assets.partitions import ROUNDS, parse_round_key, round_key  # noqa: E402
 from assets.rescore import RESCORE, rescored_advantages, rescored_scores  # noqa: E402
+from assets.reward_model import reward_model  # noqa: E402
 from assets.rollouts import rollouts  # noqa: E402
 from assets.round_summary import round_summary  # noqa: E402
 from assets.scores import scores  # noqa: E402
 
-ROUND_ASSETS = [rollouts, scores, advantages, checkpoint, evaluation, round_summary]
+ROUND_ASSETS = [rollouts, scores, reward_model, advantages, checkpoint, evaluation, round_summary]
 RESCORE_ASSETS = [rescored_scores, rescored_advantages]
 
 __all__ = [

@@ -18,7 +18,8 @@ from assets.persist import (
 )
 from creditline.advantages import params_hash
 from creditline.credit_plot import credit_episodes, credit_picture, credit_table
-from creditline.round import step_advantages
+from creditline.reward_model import reward_model_kind
+from creditline.round import step_advantages, with_model_rewards
 from creditline.store import read_parquet, write_bytes_atomic
 from resources import LineageResource, TrackerResource
 
@@ -27,7 +28,7 @@ VERSION = code_version(__name__)
 
 @dg.asset(
     partitions_def=ROUNDS,
-    deps=["episodes", "steps", "scores"],
+    deps=["episodes", "steps", "scores", "reward_model"],
     group_name="round",
     code_version=VERSION,
     description="Step-level advantages from the experiment's estimator, one per step row.",
@@ -42,14 +43,22 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         episodes_record = lookup_artifact(lineage, experiment, round_, "episodes")
         steps_record = lookup_artifact(lineage, experiment, round_, "steps")
         scores_record = lookup_artifact(lineage, experiment, round_, "scores")
+        rewards_record = (  # prime, spa: the step-reward model's values
+            lookup_artifact(lineage, experiment, round_, "model_rewards")
+            if reward_model_kind(settings.estimator)
+            else None
+        )
         parents = [
             (steps_record.content_hash, "computed_from"),
             (scores_record.content_hash, "computed_from"),
+            *([(rewards_record.content_hash, "computed_from")] if rewards_record else []),
         ]
         record = recorded_output(
             lineage, experiment, round_, "advantages", parents, meta={"params_hash": digest}
         )
     episodes, steps, scores = (read_checked(r) for r in (episodes_record, steps_record, scores_record))
+    if rewards_record is not None:
+        steps = with_model_rewards(steps, read_checked(rewards_record))
     frame = (
         read_parquet(record.path)
         if record is not None

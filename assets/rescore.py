@@ -17,7 +17,8 @@ from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, read_artifact
 from creditline.advantages import params_hash
 from creditline.rescore import compare_rescoring
-from creditline.round import step_advantages
+from creditline.reward_model import reward_model_kind
+from creditline.round import step_advantages, with_model_rewards
 from creditline.rubrics import rubric_by_version
 from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource
@@ -74,11 +75,19 @@ def rescored_advantages(
     trained_scores, _ = read_artifact(lineage, experiment, round_, "scores")
     trained_advantages, trained_record = read_artifact(lineage, experiment, round_, "advantages")
     settings = config.advantages
+    model_parents = []
+    if reward_model_kind(settings.estimator):  # the round's step-reward model, trained on the training rubric
+        model_rewards, rewards_record = read_artifact(lineage, experiment, round_, "model_rewards")
+        steps, model_parents = (
+            with_model_rewards(steps, model_rewards),
+            [(rewards_record.content_hash, "computed_from")],
+        )
     frame = step_advantages(steps, rescored, settings, episodes)
     record = persist_table(
         context, lineage, frame, table="advantages", kind="rescore_advantages", variant=version,
         experiment=experiment, round_=round_,
-        parents=[(steps_record.content_hash, "computed_from"), (rescored_record.content_hash, "computed_from")],
+        parents=[(steps_record.content_hash, "computed_from"), (rescored_record.content_hash, "computed_from"),
+                 *model_parents],
         meta={"rubric_version": version, "estimator": settings.estimator, "params": settings.params,
               "params_hash": params_hash(settings.estimator, settings.params)},
     )  # fmt: skip

@@ -13,7 +13,7 @@ from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from creditline.faults import failpoint
 from creditline.store import config_hash
-from creditline.store.rounds import ROUND_KINDS, RoundCommit, record_round_commit
+from creditline.store.rounds import OPTIONAL_ROUND_KINDS, ROUND_KINDS, RoundCommit, record_round_commit
 from resources import LineageResource, TrackerResource
 from resources.tracker import SERIES_MARK
 
@@ -48,6 +48,7 @@ def round_summary(context: dg.AssetExecutionContext, lineage: LineageResource, t
     tracker.close(run_id)
     tracker.close(parent)
     failpoint("commit:round")
+    records |= {kind: recorded[kind] for kind in OPTIONAL_ROUND_KINDS if kind in recorded}
     hashes = {kind: record.content_hash for kind, record in records.items() if record is not None}
     commit = record_round_commit(store, RoundCommit(experiment, round_, context.run_id, run_id, hashes))
     return dg.MaterializeResult(

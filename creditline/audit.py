@@ -25,6 +25,8 @@ KIND_ORDER = [
     "checkpoint",
     "training",
     "advantages",
+    "model_rewards",
+    "reward_model",
     "scores",
     "steps",
     "episodes",
@@ -33,7 +35,9 @@ KIND_ORDER = [
     "rescore_advantages",
     "rescore_comparison",
 ]
-CHAIN_KINDS = frozenset({"checkpoint", "advantages", "scores", "steps", "episodes"})
+CHAIN_KINDS = frozenset(
+    {"checkpoint", "advantages", "model_rewards", "reward_model", "scores", "steps", "episodes"}
+)
 """The kinds a checkpoint's lineage passes through in each round (training and evaluation are its
 children, re-scored tables a side branch)."""
 RESCORED = "rescored (not trained on)"
@@ -134,7 +138,7 @@ def _detail(kind: str, meta: dict) -> dict:
             "rescore_scores": ["rubric_version"], "rescore_advantages": ["rubric_version", "estimator", "params_hash"],
             "rescore_comparison": ["reward_correlation", "advantage_rank_correlation", "sign_flip_share"],
             "checkpoint": ["source", "estimator", "params_hash", "rubric_version"], "steps": ["parent_checkpoint", "imported", "branch_points", "continuations"], "source": ["format", "files", "verifiers"],
-            "evaluation": ["success_rate"]}.get(kind, [])  # fmt: skip
+            "evaluation": ["success_rate"], "reward_model": ["kind"], "model_rewards": ["kind"]}.get(kind, [])  # fmt: skip
     return {k: (meta[k][:12] if k == "parent_checkpoint" else meta[k]) for k in keys if k in meta}
 
 

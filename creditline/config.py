@@ -33,6 +33,7 @@ from creditline.branching import BranchSettings
 from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
 from creditline.engines.base import SamplingParams
 from creditline.envs import Environment, environment_factory, make_env
+from creditline.reward_model import RewardModelSettings
 from creditline.rollout import PROMPT_FORMATS
 from creditline.sample_filter import FILTERS
 from creditline.trainer import TrainConfig
@@ -181,6 +182,9 @@ class ExperimentConfig:
     branching: BranchSettings = field(default_factory=BranchSettings)
     """Continuations restarted from chosen steps of the round's episodes (`creditline.branching`); off by
     default."""
+    reward_model: RewardModelSettings = field(default_factory=RewardModelSettings)
+    """The step-reward model trained each round for the estimators that read one (`prime`, `spa`;
+    `creditline.reward_model`); unused otherwise."""
 
     def __post_init__(self):
         _, problems = check_config(ExperimentConfig, self.to_dict())

@@ -498,9 +498,11 @@ _PROBE_STEPS = {
     "step_reward": [0.0, 1.0, 0.0, 0.0],
     "episode_reward": [1.0, 1.0, 0.0, 0.0],
     "gold_logprob": [-1.0, -0.5, -1.0, -1.5],
+    "model_reward": [0.1, 0.2, -0.1, 0.0],
 }
 """One group of two two-step episodes sharing their first state: enough for every estimator's code path
-(with the columns an estimator reads besides the required ones, IGPO's gold-answer log-probabilities)."""
+(with the columns an estimator reads besides the required ones: IGPO's gold-answer log-probabilities, a
+step-reward model's values)."""
 
 
 def estimator_problems(estimator: str, params: Mapping[Any, Any], note: str = "") -> list[Problem]:

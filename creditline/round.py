@@ -1,4 +1,5 @@
-"""One round's stages, in the order the pipeline runs them: generate → score → advantages → train → evaluate.
+"""One round's stages, in the order the pipeline runs them: generate → score → (reward model) → advantages →
+train → evaluate.
 
 Each stage is a function of its inputs alone (tables, a model, the experiment config): no Dagster, DuckDB
 or MLflow in here. The round's assets (`assets/`), `creditline import` and the benchmarks
@@ -27,12 +28,22 @@ import torch
 
 from creditline.advantages import completion_advantages, compute, fill_preset, input_columns, params_hash
 from creditline.advantages.igpo import GOLD_COLUMN
+from creditline.advantages.model_reward import MODEL_REWARD_COLUMN
 from creditline.branching import can_snapshot, choose_points, play_branches, with_branches
 from creditline.config import AdvantageSettings, ExperimentConfig
 from creditline.engines import Engine
 from creditline.evaluation import EvaluationSummary, evaluate
 from creditline.gold_answer import with_gold_logprobs
+from creditline.ids import derive_seed
 from creditline.policy_update import update_policy
+from creditline.reward_model import (
+    all_row_values,
+    episode_codes,
+    reward_model_kind,
+    step_batch,
+    targets,
+    train_reward_model,
+)
 from creditline.rollout import RolloutTables, reset_seed, run_episodes
 from creditline.rubrics import get_rubric
 from creditline.sample_filter import prof_keep
@@ -80,6 +91,47 @@ def generate_rollouts(engine: Engine, tokenizer, config: ExperimentConfig, round
 def score_rollouts(config: ExperimentConfig, episodes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Stage 2: the experiment's training rubric on every step row (criteria, step and episode reward)."""
     return get_rubric(config.rubric).score(episodes, steps)
+
+
+def fit_reward_model(
+    model: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    tokenizer,
+    episodes: pd.DataFrame,
+    steps: pd.DataFrame,
+    scores: pd.DataFrame,
+    config: ExperimentConfig,
+    round_: int,
+    optimizer_state: dict | None,
+) -> tuple[pd.DataFrame, list[dict], dict]:
+    """Stage 2b, for an estimator that reads a step-reward model (`prime`, `spa`): train the model in place on
+    the round (`creditline.reward_model`), then score every step row with it.
+
+    Returns (`model_reward` per step row, keyed by episode_id and step_idx; per-update metrics; optimiser
+    state). `reference` is the frozen initial policy where the kind needs one (PRIME), else None.
+    """
+    kind = reward_model_kind(config.advantages.estimator)
+    if kind is None:
+        raise ValueError(f"estimator {config.advantages.estimator!r} reads no step-reward model")
+    settings = config.reward_model
+    batch = step_batch(steps, tokenizer.pad_token_id)
+    codes, episode_ids = episode_codes(steps)
+    context = kind.prepare(model, batch, settings, reference)
+    metrics, state = train_reward_model(
+        kind, model, batch, codes, targets(kind, episode_ids, episodes, scores), settings,
+        derive_seed(config.seed, round_, "reward_model"), context, optimizer_state,
+    )  # fmt: skip
+    values = all_row_values(kind, model, batch, context, settings.micro_batch_tokens)  # (S,)
+    rewards = pd.DataFrame(
+        {"episode_id": steps["episode_id"].to_numpy(), "step_idx": steps["step_idx"].to_numpy(),
+         MODEL_REWARD_COLUMN: values}
+    )  # fmt: skip
+    return rewards, metrics, state
+
+
+def with_model_rewards(steps: pd.DataFrame, rewards: pd.DataFrame) -> pd.DataFrame:
+    """`steps` plus the `model_reward` column of `fit_reward_model`'s table."""
+    return join_on_step(steps, rewards, [MODEL_REWARD_COLUMN], "model rewards")
 
 
 def step_advantages(

@@ -176,6 +176,23 @@ class AdvantagesTable(pa.DataFrameModel):
         )
 
 
+class ModelRewardsTable(pa.DataFrameModel):
+    """A step-reward model's value of every step of a round (`creditline.reward_model`)."""
+
+    episode_id: Series[str]
+    step_idx: Series[int] = pa.Field(ge=0)
+    model_reward: Series[float]
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["episode_id", "step_idx"]
+
+    @pa.check("model_reward", error="model_reward must be finite")
+    def finite(cls, values: Series[float]) -> Series[bool]:
+        return pd.Series(np.isfinite(values.to_numpy()), index=values.index)
+
+
 class TrainingTable(pa.DataFrameModel):
     epoch: Series[int] = pa.Field(ge=0)
     minibatch: Series[int] = pa.Field(ge=0)

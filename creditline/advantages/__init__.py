@@ -44,6 +44,7 @@ from . import branch as _branch  # noqa: F401  (registers estimators)
 from . import gigpo as _gigpo  # noqa: F401
 from . import hgpo as _hgpo  # noqa: F401
 from . import igpo as _igpo  # noqa: F401
+from . import model_reward as _model_reward  # noqa: F401
 from . import outcome as _outcome  # noqa: F401
 from . import turn_group as _turn_group  # noqa: F401
 from .conventions import CREDITLINE, Conventions

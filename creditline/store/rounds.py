@@ -95,6 +95,8 @@ def tracking_runs(store: LineageStore, experiment: str) -> dict[int, str]:
 
 ROUND_KINDS = ("episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation")
 """Every artifact kind a finished round has recorded."""
+OPTIONAL_ROUND_KINDS = ("reward_model", "model_rewards")
+"""Kinds only some rounds record (a step-reward model's, for the estimators that read one); committed when there."""
 
 
 def round_problems(store: LineageStore, experiment: str) -> list[Problem]:
@@ -120,7 +122,7 @@ def round_problems(store: LineageStore, experiment: str) -> list[Problem]:
                                     f"{where}: round has {sorted(recorded)} but no commit point; "
                                     "`creditline run` completes it"))  # fmt: skip
             continue
-        for kind in ROUND_KINDS:
+        for kind in (*ROUND_KINDS, *OPTIONAL_ROUND_KINDS):
             if recorded.get(kind) != commit.artifacts.get(kind):
                 problems.append(Problem("uncommitted", where, commit.artifacts.get(kind, ""), recorded.get(kind),
                                         f"{where}/{kind}: recorded {str(recorded.get(kind))[:12]}, "

@@ -38,6 +38,8 @@ DEFAULT_SNAPSHOT = json.loads("""
  "rollouts": {"device": "cpu", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
               "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "stop": [], "tasks_per_round": 64,
               "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
+ "reward_model": {"beta": 0.05, "epochs": 1, "learning_rate": 0.001, "max_grad_norm": 1.0,
+                  "micro_batch_tokens": 16384, "minibatches": 4},
  "rounds": 20, "rubric": "env", "seed": 0,
  "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
            "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
@@ -45,10 +47,29 @@ DEFAULT_SNAPSHOT = json.loads("""
  "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": ""},
  "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
 """)
-DEFAULT_HASH = "04070c0a53888956"
+DEFAULT_HASH = "f5fc598dab7c37ee"
 """`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
-# The default as the fifth release registered it (hash e07df9c916a6bdde): no branching, no sample filter.
+# The default as the sixth release registered it (hash 04070c0a53888956): no step-reward model.
+RELEASE_6_SNAPSHOT = (
+    json.loads("""
+{"advantages": {"estimator": "gigpo", "filter_remove": 4,
+                "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}, "sample_filter": "none"},
+ "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
+                                    "view": "relative"}},
+ "branching": {"continuations": 2, "every": 2, "per_episode": 2, "points": "none", "token_budget": 0},
+ "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
+ "rollouts": {"device": "cpu", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
+              "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "stop": [], "tasks_per_round": 64,
+              "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
+ "rounds": 20, "rubric": "env", "seed": 0,
+ "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
+           "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
+           "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0},
+ "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": ""},
+ "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
+""")
+)  # The default as the fifth release registered it (hash e07df9c916a6bdde): no branching, no sample filter.
 RELEASE_5_SNAPSHOT = json.loads("""
 {"advantages": {"estimator": "gigpo", "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}},
  "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
@@ -151,8 +172,15 @@ def test_the_default_config_is_unchanged_and_valid():
 
 @pytest.mark.parametrize(
     "earlier",
-    [RELEASE_1_SNAPSHOT, RELEASE_2_SNAPSHOT, RELEASE_3_SNAPSHOT, RELEASE_4_SNAPSHOT, RELEASE_5_SNAPSHOT],
-    ids=["release-1", "release-2", "release-3", "release-4", "release-5"],
+    [
+        RELEASE_1_SNAPSHOT,
+        RELEASE_2_SNAPSHOT,
+        RELEASE_3_SNAPSHOT,
+        RELEASE_4_SNAPSHOT,
+        RELEASE_5_SNAPSHOT,
+        RELEASE_6_SNAPSHOT,
+    ],
+    ids=["release-1", "release-2", "release-3", "release-4", "release-5", "release-6"],
 )
 def test_a_config_registered_by_an_earlier_release_reads_back_and_keeps_its_registration(earlier):
     assert from_dict(earlier) == ExperimentConfig()
@@ -240,7 +268,7 @@ BAD_CASES = {
     "unknown section": (
         "[rollout]\ngroup_size = 4",
         "rollout = { group_size = 4 }: unknown key (did you mean rollouts?); known keys: advantages, branching, env, eval, "
-        "initial_policy, name, rollouts, rounds, rubric, seed, train, verifiers, warm_start",
+        "initial_policy, name, reward_model, rollouts, rounds, rubric, seed, train, verifiers, warm_start",
     ),
     "section not a table": (
         "eval = 5",

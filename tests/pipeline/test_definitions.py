@@ -16,6 +16,7 @@ def test_definitions_hold_the_round_graph_in_order():
         "episodes",
         "steps",
         "scores",
+        "reward_model",
         "advantages",
         "checkpoint",
         "evaluation",
@@ -25,8 +26,10 @@ def test_definitions_hold_the_round_graph_in_order():
     }
     upstream = {k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys} for k in keys}
     assert upstream["scores"] == {"episodes", "steps"}
-    # episodes feed the credit picture (which episodes to draw), not the estimator
-    assert upstream["advantages"] == {"episodes", "steps", "scores"}
+    # episodes feed the credit picture (which episodes to draw), not the estimator; the step-reward model
+    # (prime, spa) trains on the round's tables and feeds the estimator
+    assert upstream["reward_model"] == {"episodes", "steps", "scores"}
+    assert upstream["advantages"] == {"episodes", "steps", "scores", "reward_model"}
     assert upstream["checkpoint"] == {"steps", "advantages"}
     assert upstream["evaluation"] == {"checkpoint"}
     assert upstream["round_summary"] == {"evaluation"}

@@ -1,0 +1,206 @@
+"""A step-reward model: a second small model, trained each round, whose per-step values add up to the outcome.
+
+Two estimators of the literature get their step rewards this way (`creditline.advantages.model_reward`):
+
+    prime   PRIME's implicit process reward model (Cui et al. 2025, arXiv 2502.01456): a causal LM π_φ next
+            to a frozen reference π_ref; step t's value is v_t = β · Σ_{y ∈ step t} log π_φ(y) / π_ref(y)
+            and the episode's Σ_t v_t is the logit of its success (`creditline.implicit_prm`)
+    spa     SPA-RL's progress estimator (Wang et al. 2025, arXiv 2505.20732): the transformer with a linear
+            head on each step's last token gives ĉ_t = v_t, and Σ_t ĉ_t regresses the episode reward
+            (`creditline.progress_model`)
+
+Both are "per-step values v_t whose episode sum z_e = Σ_{t ∈ e} v_t is fit to a target y_e", so one trainer
+serves both; a kind says how v is computed from a step row and which loss L(z, y) ties the sum to the target.
+
+Training, per round (`train_reward_model`): `epochs` passes over the round's episodes, each split into
+`minibatches` shuffled parts, one AdamW step per part. The loss of a part of B episodes is
+(1/B) Σ_e ℓ(z_e, y_e); an episode's steps may be many rows of many tokens, so the gradient is taken in two
+passes that never hold a whole episode's graph: first every row's v without gradients gives z and
+g_e = ∂L/∂z_e; then each micro-batch of rows back-propagates the surrogate Σ_r g_{e(r)} · v_r, whose
+gradient is exactly ∂L/∂θ (chain rule through z_e = Σ v_r). Gradients are clipped to `max_grad_norm`.
+
+The model is the experiment's initial policy at round 1 (a kind may add a head) and the previous round's
+reward model after; each round's is saved as a HF folder (`save_reward_model`) and recorded in lineage as
+the round's `reward_model`, and its values on the round's steps as `model_rewards` (`assets/reward_model`).
+The values are computed after the round's update (PRIME updates the PRM on the batch, then scores it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+from creditline import implicit_prm, progress_model
+from creditline.ids import derive_seed
+from creditline.policy import load_tokenizer
+from creditline.trainer import PackedBatch, micro_batches, pack
+
+
+@dataclass(frozen=True)
+class RewardModelSettings:
+    """`[reward_model]`: how the step-reward model of `prime` and `spa` is trained each round."""
+
+    learning_rate: float = field(default=1e-3, metadata={"range": "(0, 1]"})
+    """AdamW's step size (PRIME's recipe uses 1e-6 on a 7B model; the tiny built-in policy needs far more)."""
+    epochs: int = field(default=1, metadata={"range": "[1, 1000]"})
+    """Passes over the round's episodes (PRIME: one update on each batch)."""
+    minibatches: int = field(default=4, metadata={"range": "[1, 100_000]"})
+    """Optimiser steps per epoch; episodes are shuffled into this many parts."""
+    beta: float = field(default=0.05, metadata={"range": "(0, 100]"})
+    """prime: β of the implicit reward β · log π_φ / π_ref (PRIME's 0.05)."""
+    max_grad_norm: float = field(default=1.0, metadata={"range": "(0, 1000]"})
+    micro_batch_tokens: int = field(default=16_384, metadata={"range": "[1, 100_000_000]"})
+    """Padded tokens (rows × longest row) per forward pass."""
+
+
+@dataclass(frozen=True)
+class RewardModelKind:
+    """How one kind of step-reward model computes its values and ties their episode sum to a target."""
+
+    name: str
+    row_values: Callable[..., torch.Tensor]
+    """(model, batch, rows, context) → v of those rows, (len(rows),), with gradients when enabled."""
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """(z (B,), y (B,)) → the mean loss over the B episodes."""
+    target: str
+    """"success": the episode's success (episodes table); "episode_reward": the rubric's (scores table)."""
+    head: bool
+    """True: a `…ForSequenceClassification` with one label (a scalar head); False: the causal LM itself."""
+    prepare: Callable[..., object] = lambda model, batch, settings, reference: None
+    """(model, batch, settings, reference) → the context `row_values` needs (e.g. π_ref's log-probs)."""
+    needs_reference: bool = False
+    """True: training and scoring read a frozen reference model (the experiment's initial policy)."""
+
+
+KINDS: dict[str, RewardModelKind] = {
+    "prime": RewardModelKind("implicit_prm", implicit_prm.row_values, implicit_prm.loss, "success", head=False,
+                             prepare=implicit_prm.reference_logprobs, needs_reference=True),
+    "spa": RewardModelKind("progress", progress_model.row_values, progress_model.loss, "episode_reward", head=True),
+}  # fmt: skip
+"""The estimators that read `model_reward`, and the model each one trains."""
+
+
+def reward_model_kind(estimator: str) -> RewardModelKind | None:
+    """The step-reward model `estimator` needs, or None (it reads none)."""
+    return KINDS.get(estimator)
+
+
+def load_reward_model(kind: RewardModelKind, folder: str | Path, seed: int, device: str = "cpu"):
+    """(model, tokenizer) from a HF folder: the previous round's reward model, or the initial policy.
+
+    A kind with a head started from a plain causal-LM folder gets a new head drawn from `seed` (the body's
+    weights are the folder's); from its own earlier folder, the trained head is loaded.
+    """
+    tokenizer = load_tokenizer(folder)
+    if not kind.head:
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device), tokenizer
+    architectures = AutoConfig.from_pretrained(folder).architectures or []
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        torch.manual_seed(derive_seed(seed, "reward_model_head"))
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device), tokenizer
+
+
+def step_batch(steps: pd.DataFrame, pad_token_id: int) -> PackedBatch:
+    """The step rows right-padded into one batch (prompt + completion per row; no advantages)."""
+    zeros = [np.zeros(len(c)) for c in steps["completion_ids"]]
+    return pack(list(steps["prompt_ids"]), list(steps["completion_ids"]), zeros, zeros, pad_token_id)
+
+
+def episode_codes(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(code per step row (S,) in [0, E), the E episode ids in first-seen order)."""
+    codes, episode_ids = pd.factorize(steps["episode_id"])
+    return codes.astype(np.int64), np.asarray(episode_ids)
+
+
+def targets(
+    kind: RewardModelKind, episode_ids: np.ndarray, episodes: pd.DataFrame, scores: pd.DataFrame
+) -> np.ndarray:
+    """y per episode, (E,) float64 in `episode_ids` order: its success or its rubric reward."""
+    if kind.target == "success":
+        return episodes.set_index("episode_id")["success"].reindex(episode_ids).to_numpy(dtype=np.float64)
+    rewards = scores.drop_duplicates("episode_id").set_index("episode_id")["episode_reward"]
+    return rewards.reindex(episode_ids).to_numpy(dtype=np.float64)
+
+
+def all_row_values(
+    kind: RewardModelKind, model: torch.nn.Module, batch: PackedBatch, context, token_budget: int
+) -> np.ndarray:
+    """v of every row of `batch`, (R,) float64, without gradients."""
+    values = np.zeros(batch.input_ids.shape[0])
+    lengths = batch.attention_mask.sum(1)
+    model.eval()
+    with torch.no_grad():
+        for rows in micro_batches(lengths, token_budget):
+            values[rows.numpy()] = kind.row_values(model, batch, rows, context).double().cpu().numpy()
+    return values
+
+
+def train_reward_model(
+    kind: RewardModelKind,
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    episode_of_row: np.ndarray,
+    target: np.ndarray,
+    settings: RewardModelSettings,
+    seed: int,
+    context=None,
+    optimizer_state: dict | None = None,
+) -> tuple[list[dict], dict]:
+    """Fit Σ_{t ∈ e} v_t to y_e in place on `model`; (metrics per update, optimiser state).
+
+    batch: the round's R step rows; episode_of_row: (R,) code in [0, E); target: (E,) y per episode;
+    context: `kind.prepare`'s (computed once by the caller, who scores the rows with it afterwards).
+    """
+    if not np.isfinite(target).all():
+        bad = int(np.flatnonzero(~np.isfinite(target))[0])
+        raise ValueError(f"reward model: episode {bad}'s target ({kind.target}) is not a finite number")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+        for group in optimizer.param_groups:
+            group["lr"] = settings.learning_rate
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    n_episodes = len(target)
+    rows_of = [np.flatnonzero(episode_of_row == e) for e in range(n_episodes)]  # (E,) lists of rows
+    lengths = batch.attention_mask.sum(1)
+    metrics = []
+    for epoch in range(settings.epochs):
+        order = torch.randperm(n_episodes, generator=generator).numpy()
+        for part, chosen in enumerate(np.array_split(order, min(settings.minibatches, n_episodes))):
+            rows = np.concatenate([rows_of[e] for e in chosen])  # the part's step rows
+            local = np.repeat(np.arange(len(chosen)), [len(rows_of[e]) for e in chosen])  # row → part episode
+            model.eval()  # no dropout: the two passes must see the same function
+            with torch.no_grad():  # pass 1: z and ∂L/∂z
+                values = torch.zeros(len(rows), dtype=torch.float64)
+                for micro in micro_batches(lengths[rows], settings.micro_batch_tokens):
+                    values[micro] = (
+                        kind.row_values(model, batch, torch.from_numpy(rows[micro.numpy()]), context)
+                        .double()
+                        .cpu()
+                    )
+            z = torch.zeros(len(chosen), dtype=torch.float64).index_add_(0, torch.from_numpy(local), values)
+            z.requires_grad_(True)
+            y = torch.from_numpy(target[chosen])
+            loss = kind.loss(z, y)
+            (grad_z,) = torch.autograd.grad(loss, z)
+            optimizer.zero_grad(set_to_none=True)
+            for micro in micro_batches(lengths[rows], settings.micro_batch_tokens):  # pass 2: the surrogate
+                v = kind.row_values(model, batch, torch.from_numpy(rows[micro.numpy()]), context)
+                weight = grad_z[torch.from_numpy(local[micro.numpy()])].to(device=device, dtype=v.dtype)
+                (weight * v).sum().backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            optimizer.step()
+            metrics.append({"epoch": epoch, "minibatch": part, "loss": float(loss.detach()), "grad_norm": float(grad_norm),
+                            "episodes": len(chosen), "rows": len(rows),
+                            "sum_mean": float(z.detach().mean()), "target_mean": float(y.mean())})  # fmt: skip
+    model.eval()
+    return metrics, optimizer.state_dict()
