@@ -54,12 +54,15 @@ from creditline.config_checks import ConfigError  # noqa: E402
 from creditline.engines import TorchEngine  # noqa: E402
 from creditline.initial_policy import build_initial_policy  # noqa: E402
 from creditline.policy import load_policy  # noqa: E402
+from creditline.reward_model import load_reward_model, reward_model_kind  # noqa: E402
 from creditline.round import (  # noqa: E402
     evaluate_policy,
+    fit_reward_model,
     generate_rollouts,
     score_rollouts,
     step_advantages,
     train_policy,
+    with_model_rewards,
 )
 from creditline.store import config_hash  # noqa: E402
 
@@ -108,7 +111,12 @@ BRANCHED: dict[str, dict] = {
 """Estimators that learn from continuations: half the tasks per round, and the other half's most tokens
 (32 tasks × 8 samples × 16 one-token steps = 4,096) as the continuations' budget, so a round samples at most
 the tokens of the others' (compare the table's tokens column too)."""
-ADDED_SINCE_RUNS = (("branching", None), ("advantages", "sample_filter"), ("advantages", "filter_remove"))
+ADDED_SINCE_RUNS = (
+    ("branching", None),
+    ("advantages", "sample_filter"),
+    ("advantages", "filter_remove"),
+    ("reward_model", None),
+)
 """Config sections (None: the whole section) and fields added after runs on file were played: left out of a
 run's key while at their defaults, so those runs still count (as a registered config reads back,
 `creditline.config`)."""
@@ -154,11 +162,21 @@ def run(config: ExperimentConfig) -> dict:
     engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer=tokenizer)
     success = [evaluate_policy(engine, tokenizer, config, 0)[1].success_rate]
     optimizer_state, episodes, tokens = None, 0, 0
+    kind = reward_model_kind(config.advantages.estimator)  # prime, spa: a step-reward model beside the policy
+    if kind is not None:
+        reward_model, _ = load_reward_model(kind, folder, config.seed)
+        reference = load_policy(folder)[0] if kind.needs_reference else None
+        reward_state = None
     start = time.perf_counter()
     for round_ in range(1, config.rounds + 1):
         tables = generate_rollouts(engine, tokenizer, config, round_)
         scores = score_rollouts(config, tables.episodes, tables.steps)
-        advantages = step_advantages(tables.steps, scores, config.advantages, tables.episodes)
+        steps = tables.steps
+        if kind is not None:
+            rewards, _, reward_state = fit_reward_model(reward_model, reference, tokenizer, tables.episodes, steps,
+                                                        scores, config, round_, reward_state)  # fmt: skip
+            steps = with_model_rewards(steps, rewards)
+        advantages = step_advantages(steps, scores, config.advantages, tables.episodes)
         _, optimizer_state = train_policy(model, tokenizer, tables.steps, advantages, config, round_,
                                           optimizer_state, reference_policy=folder)  # fmt: skip
         success.append(evaluate_policy(engine, tokenizer, config, round_)[1].success_rate)

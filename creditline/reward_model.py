@@ -46,8 +46,8 @@ from creditline.trainer import PackedBatch, micro_batches, pack
 class RewardModelSettings:
     """`[reward_model]`: how the step-reward model of `prime` and `spa` is trained each round."""
 
-    learning_rate: float = field(default=1e-3, metadata={"range": "(0, 1]"})
-    """AdamW's step size (PRIME's recipe uses 1e-6 on a 7B model; the tiny built-in policy needs far more)."""
+    learning_rate: float = field(default=3e-4, metadata={"range": "(0, 1]"})
+    """AdamW's step size (PRIME: 1e-6, SPA-RL: 3e-6, on 3B-7B models; the tiny built-in policy needs far more)."""
     epochs: int = field(default=1, metadata={"range": "[1, 1000]"})
     """Passes over the round's episodes (PRIME: one update on each batch)."""
     minibatches: int = field(default=4, metadata={"range": "[1, 100_000]"})

@@ -38,7 +38,7 @@ DEFAULT_SNAPSHOT = json.loads("""
  "rollouts": {"device": "cpu", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
               "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "stop": [], "tasks_per_round": 64,
               "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
- "reward_model": {"beta": 0.05, "epochs": 1, "learning_rate": 0.001, "max_grad_norm": 1.0,
+ "reward_model": {"beta": 0.05, "epochs": 1, "learning_rate": 0.0003, "max_grad_norm": 1.0,
                   "micro_batch_tokens": 16384, "minibatches": 4},
  "rounds": 20, "rubric": "env", "seed": 0,
  "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
@@ -47,7 +47,7 @@ DEFAULT_SNAPSHOT = json.loads("""
  "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": ""},
  "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
 """)
-DEFAULT_HASH = "f5fc598dab7c37ee"
+DEFAULT_HASH = "2c7a734251dcaedc"
 """`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
 # The default as the sixth release registered it (hash 04070c0a53888956): no step-reward model.
