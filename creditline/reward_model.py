@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+from transformers.utils import logging as transformers_logging
 
 from creditline import implicit_prm, progress_model
 from creditline.ids import derive_seed
@@ -101,9 +102,15 @@ def load_reward_model(kind: RewardModelKind, folder: str | Path, seed: int, devi
     if not kind.head:
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device), tokenizer
     architectures = AutoConfig.from_pretrained(folder).architectures or []
-    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+    fresh_head = not any(name.endswith("ForSequenceClassification") for name in architectures)
+    if fresh_head:
         torch.manual_seed(derive_seed(seed, "reward_model_head"))
-    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32)
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # a new head is expected, not a load problem to report
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
     model.config.pad_token_id = tokenizer.pad_token_id
     return model.to(device), tokenizer
 
@@ -167,40 +174,58 @@ def train_reward_model(
         optimizer.load_state_dict(optimizer_state)
         for group in optimizer.param_groups:
             group["lr"] = settings.learning_rate
-    device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     n_episodes = len(target)
     rows_of = [np.flatnonzero(episode_of_row == e) for e in range(n_episodes)]  # (E,) lists of rows
-    lengths = batch.attention_mask.sum(1)
     metrics = []
     for epoch in range(settings.epochs):
         order = torch.randperm(n_episodes, generator=generator).numpy()
         for part, chosen in enumerate(np.array_split(order, min(settings.minibatches, n_episodes))):
             rows = np.concatenate([rows_of[e] for e in chosen])  # the part's step rows
             local = np.repeat(np.arange(len(chosen)), [len(rows_of[e]) for e in chosen])  # row → part episode
-            model.eval()  # no dropout: the two passes must see the same function
-            with torch.no_grad():  # pass 1: z and ∂L/∂z
-                values = torch.zeros(len(rows), dtype=torch.float64)
-                for micro in micro_batches(lengths[rows], settings.micro_batch_tokens):
-                    values[micro] = (
-                        kind.row_values(model, batch, torch.from_numpy(rows[micro.numpy()]), context)
-                        .double()
-                        .cpu()
-                    )
-            z = torch.zeros(len(chosen), dtype=torch.float64).index_add_(0, torch.from_numpy(local), values)
-            z.requires_grad_(True)
             y = torch.from_numpy(target[chosen])
-            loss = kind.loss(z, y)
-            (grad_z,) = torch.autograd.grad(loss, z)
             optimizer.zero_grad(set_to_none=True)
-            for micro in micro_batches(lengths[rows], settings.micro_batch_tokens):  # pass 2: the surrogate
-                v = kind.row_values(model, batch, torch.from_numpy(rows[micro.numpy()]), context)
-                weight = grad_z[torch.from_numpy(local[micro.numpy()])].to(device=device, dtype=v.dtype)
-                (weight * v).sum().backward()
+            loss, z = accumulate_gradient(
+                kind, model, batch, rows, local, y, context, settings.micro_batch_tokens
+            )
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
             optimizer.step()
-            metrics.append({"epoch": epoch, "minibatch": part, "loss": float(loss.detach()), "grad_norm": float(grad_norm),
+            metrics.append({"epoch": epoch, "minibatch": part, "loss": float(loss), "grad_norm": float(grad_norm),
                             "episodes": len(chosen), "rows": len(rows),
-                            "sum_mean": float(z.detach().mean()), "target_mean": float(y.mean())})  # fmt: skip
+                            "sum_mean": float(z.mean()), "target_mean": float(y.mean())})  # fmt: skip
     model.eval()
     return metrics, optimizer.state_dict()
+
+
+def accumulate_gradient(
+    kind: RewardModelKind,
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    rows: np.ndarray,
+    local: np.ndarray,
+    y: torch.Tensor,
+    context,
+    token_budget: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Add ∂L/∂θ of one part to the parameters' .grad, in micro-batches of rows; (L, z) detached.
+
+    rows: (r,) the part's step rows in `batch`; local: (r,) each row's episode in [0, B); y: (B,) targets.
+    Pass 1 (no gradients) gives z_e = Σ v and g = ∂L/∂z; pass 2 back-propagates Σ_r g_{e(r)} · v_r per
+    micro-batch, whose gradient is ∂L/∂θ by the chain rule.
+    """
+    device = next(model.parameters()).device
+    lengths = batch.attention_mask.sum(1)[rows]
+    parts = [(torch.from_numpy(rows[m.numpy()]), torch.from_numpy(local[m.numpy()]))
+             for m in micro_batches(lengths, token_budget)]  # fmt: skip
+    model.eval()  # no dropout: the two passes must see the same function
+    z = torch.zeros(len(y), dtype=torch.float64)
+    with torch.no_grad():  # pass 1
+        for micro_rows, micro_local in parts:
+            z.index_add_(0, micro_local, kind.row_values(model, batch, micro_rows, context).double().cpu())
+    z.requires_grad_(True)
+    loss = kind.loss(z, y)
+    (grad_z,) = torch.autograd.grad(loss, z)
+    for micro_rows, micro_local in parts:  # pass 2: the surrogate
+        v = kind.row_values(model, batch, micro_rows, context)
+        (grad_z[micro_local].to(device=device, dtype=v.dtype) * v).sum().backward()
+    return loss.detach(), z.detach()

@@ -47,6 +47,11 @@ CASES = [
     ("MLflow logging of evaluation (round 2)", "mlflow:evaluation:2"),
     ("commit point: runs closed, commit not written (round 1)", "commit:round:1"),
 ]
+PRIME = Path(__file__).resolve().parents[1] / "tiny_prime_experiment.toml"
+PRIME_CASES = [  # the step-reward model's two artifacts (estimator prime), against a prime reference run
+    ("reward model: folder complete, not renamed (round 2)", "write:reward_model:2"),
+    ("reward model recorded, its values not (round 1)", "after:reward_model:1"),
+]
 
 
 @dataclass
@@ -105,9 +110,9 @@ def _state(data_root: Path, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _play(data_root: Path, fault: str | None) -> Outcome:
+def _play(data_root: Path, fault: str | None, config: Path = TINY) -> Outcome:
     outcome = Outcome()
-    run = ("run", "--experiment", EXPERIMENT, "--config", str(TINY))
+    run = ("run", "--experiment", EXPERIMENT, "--config", str(config))
     if fault:
         killed = _creditline(data_root, *run, fault=fault)
         outcome.killed_rc = killed.returncode
@@ -127,16 +132,18 @@ def _play(data_root: Path, fault: str | None) -> Outcome:
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory, kill_matrix_rows) -> tuple[Outcome, dict[str, Outcome]]:
     """Every case and an uninterrupted reference run, two at a time."""
-    jobs = [("reference", None), *CASES]
+    jobs = [("reference", None, TINY), ("prime reference", None, PRIME), *((n, f, TINY) for n, f in CASES),
+            *((n, f, PRIME) for n, f in PRIME_CASES)]  # fmt: skip
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(_play, tmp_path_factory.mktemp("kill"), fault) for name, fault in jobs}
+        futures = {name: pool.submit(_play, tmp_path_factory.mktemp("kill"), fault, config)
+                   for name, fault, config in jobs}  # fmt: skip
         outcomes = {name: future.result() for name, future in futures.items()}
-    reference = outcomes.pop("reference")
-    for (name, fault), outcome in zip(CASES, outcomes.values(), strict=True):
-        ok = _problems(reference, outcome)
+    reference, prime_reference = outcomes.pop("reference"), outcomes.pop("prime reference")
+    for (name, fault), outcome in zip([*CASES, *PRIME_CASES], outcomes.values(), strict=True):
+        ok = _problems(prime_reference if (name, fault) in PRIME_CASES else reference, outcome)
         kill_matrix_rows.append((name, fault, outcome.killed_rc, outcome.temp_after_kill,
                                  "; ".join(ok) if ok else "recovered"))  # fmt: skip
-    return reference, outcomes
+    return {"tiny": reference, "prime": prime_reference}, outcomes
 
 
 def _problems(reference: Outcome, outcome: Outcome) -> list[str]:
@@ -155,17 +162,18 @@ def _problems(reference: Outcome, outcome: Outcome) -> list[str]:
     return [message for ok, message in checks if not ok]
 
 
-def test_the_uninterrupted_reference_run_is_clean(matrix):
-    reference, _ = matrix
+@pytest.mark.parametrize("which", ["tiny", "prime"])
+def test_the_uninterrupted_reference_run_is_clean(matrix, which):
+    reference = matrix[0][which]
     assert reference.rerun_rc == 0, reference.rerun_stderr[-2000:]
     assert reference.verify_rc == 0, reference.verify_out
     assert reference.committed == [1, 2] and reference.evaluated == [0, 1, 2]
     assert sorted(reference.checkpoints) == [1, 2] and reference.running_mlflow == 0
 
 
-@pytest.mark.parametrize("case", [name for name, _ in CASES])
+@pytest.mark.parametrize("case", [name for name, _ in [*CASES, *PRIME_CASES]])
 def test_a_killed_run_is_completed_by_a_plain_rerun(matrix, case):
-    reference, outcomes = matrix
+    references, outcomes = matrix
     outcome = outcomes[case]
-    assert _problems(reference, outcome) == []
+    assert _problems(references["prime" if case in dict(PRIME_CASES) else "tiny"], outcome) == []
     assert "cleaned up dagster run" in outcome.rerun_stdout  # the dead run was reclaimed, and said so
