@@ -45,6 +45,27 @@ def random_steps(
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def invariance_check(estimator: str, column: str, seed: int) -> None:
+    """The estimator's advantages (with a per-step `column` of normal values and 0/1 outcomes) do not depend on
+    the row order or on the groups' names."""
+    from creditline.advantages import compute
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in range(3):
+        for e in range(int(rng.integers(1, 4))):
+            outcome = float(rng.integers(0, 2))
+            for t in range(int(rng.integers(1, 4))):
+                rows.append((f"g{g}", f"g{g}e{e}", t, outcome, float(rng.normal())))
+    frame = pd.DataFrame(rows, columns=["group_id", "episode_id", "step_idx", "episode_reward", column])
+    frame = frame.assign(anchor_key="s", step_reward=0.0)
+    index = ["episode_id", "step_idx"]
+    adv = pd.Series(compute(estimator, frame), index=pd.MultiIndex.from_frame(frame[index]))
+    moved = frame.sample(frac=1, random_state=seed).assign(group_id=lambda f: "x" + f["group_id"])
+    again = pd.Series(compute(estimator, moved), index=pd.MultiIndex.from_frame(moved[index]))
+    pd.testing.assert_series_equal(adv.sort_index(), again.sort_index())
+
+
 def shuffled(df: pd.DataFrame, rng: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray]:
     """(df with rows permuted and a fresh RangeIndex, the permutation)."""
     perm = rng.permutation(len(df))

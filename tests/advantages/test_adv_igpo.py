@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from creditline.advantages import AdvantageInputError, compute
 from creditline.config import from_dict
 from creditline.config_checks import ConfigError
+from tests.advantages.adv_tables import invariance_check
 
 # a: 3 turns, ℓ = -2, -1, -0.5, outcome 1; b: 2 turns, ℓ = -2, -2, outcome 0
 TOY = pd.DataFrame({
@@ -46,23 +47,7 @@ def test_joint_prob_diff_with_discount_by_hand():
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
 def test_row_order_and_group_names_do_not_matter(seed):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for g in range(3):
-        for e in range(int(rng.integers(1, 4))):
-            outcome = float(rng.integers(0, 2))
-            for t in range(int(rng.integers(1, 4))):
-                rows.append((f"g{g}", f"g{g}e{e}", t, outcome, float(rng.normal())))
-    frame = pd.DataFrame(
-        rows, columns=["group_id", "episode_id", "step_idx", "episode_reward", "gold_logprob"]
-    )
-    frame = frame.assign(anchor_key="s", step_reward=0.0)
-    adv = pd.Series(compute("igpo", frame), index=pd.MultiIndex.from_frame(frame[["episode_id", "step_idx"]]))
-    shuffled = frame.sample(frac=1, random_state=seed).assign(group_id=lambda f: "x" + f["group_id"])
-    again = pd.Series(
-        compute("igpo", shuffled), index=pd.MultiIndex.from_frame(shuffled[["episode_id", "step_idx"]])
-    )
-    pd.testing.assert_series_equal(adv.sort_index(), again.sort_index())
+    invariance_check("igpo", "gold_logprob", seed)
 
 
 def test_without_the_gold_column_igpo_is_refused_by_name():

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from creditline.advantages import AdvantageInputError, compute
+from tests.advantages.adv_tables import invariance_check
 
 # group g: a (2 steps, v = 0.2, 0.4, R = 1), b (1 step, v = −0.3, R = 0); group h: c alone (v = 0.5, R = 1)
 TOY = pd.DataFrame({
@@ -49,25 +50,7 @@ def test_spa_by_hand():
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), estimator=st.sampled_from(["prime", "spa"]))
 def test_row_order_and_group_names_do_not_matter(seed, estimator):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for g in range(3):
-        for e in range(int(rng.integers(1, 4))):
-            outcome = float(rng.integers(0, 2))
-            for t in range(int(rng.integers(1, 4))):
-                rows.append((f"g{g}", f"g{g}e{e}", t, outcome, float(rng.normal())))
-    frame = pd.DataFrame(
-        rows, columns=["group_id", "episode_id", "step_idx", "episode_reward", "model_reward"]
-    )
-    frame = frame.assign(anchor_key="s", step_reward=0.0)
-    adv = pd.Series(
-        compute(estimator, frame), index=pd.MultiIndex.from_frame(frame[["episode_id", "step_idx"]])
-    )
-    shuffled = frame.sample(frac=1, random_state=seed).assign(group_id=lambda f: "x" + f["group_id"])
-    again = pd.Series(
-        compute(estimator, shuffled), index=pd.MultiIndex.from_frame(shuffled[["episode_id", "step_idx"]])
-    )
-    pd.testing.assert_series_equal(adv.sort_index(), again.sort_index())
+    invariance_check(estimator, "model_reward", seed)
 
 
 @pytest.mark.parametrize("estimator", ["prime", "spa"])
