@@ -5,13 +5,13 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from adv_tables import invariance_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from creditline.advantages import AdvantageInputError, compute
 from creditline.config import from_dict
 from creditline.config_checks import ConfigError
-from tests.advantages.adv_tables import invariance_check
 
 # a: 3 turns, ℓ = -2, -1, -0.5, outcome 1; b: 2 turns, ℓ = -2, -2, outcome 0
 TOY = pd.DataFrame({

@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from adv_tables import invariance_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from creditline.advantages import AdvantageInputError, compute
-from tests.advantages.adv_tables import invariance_check
 
 # group g: a (2 steps, v = 0.2, 0.4, R = 1), b (1 step, v = −0.3, R = 0); group h: c alone (v = 0.5, R = 1)
 TOY = pd.DataFrame({
