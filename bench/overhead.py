@@ -109,6 +109,7 @@ def recorded_round(root: Path, name: str, round_: int) -> tuple[float, dict[str,
 ROUND_SHAPE = {  # asset: (upstream, blocking checks, in the gpu pool): the round job's steps (pipelines/definitions.py)
     "rollouts": (None, ["episodes_stored_and_valid", "steps_stored_and_valid", "parent_checkpoint_unchanged"], True),
     "scores": ("rollouts", ["scores_stored_and_valid"], False),
+    "reward_model": ("scores", [], True),  # prime, spa: a second model; nothing for the others
     "advantages": ("scores", ["advantages_stored_and_valid"], False),
     "checkpoint": ("advantages", [], True),
     "evaluation": ("checkpoint", ["evaluation_stored_and_valid"], True),

@@ -34,8 +34,10 @@ NAMES = [
     "hgpo",
     "igpo",
     "mc_branch",
+    "prime",
     "reinforce_pp_baseline",
     "rloo",
+    "spa",
     "spo_tree",
     "turn_group",
 ]
@@ -187,7 +189,9 @@ def test_not_a_table():
 @pytest.mark.parametrize("name", NAMES)
 def test_pyarrow_table_and_extra_columns_give_the_same_result(name):
     df = random_steps(np.random.default_rng(0), n_groups=4, group_size=5, max_steps=4, discrete=False)
-    df = df.assign(gold_logprob=-np.arange(len(df)) / len(df))  # IGPO's input; the others ignore it
+    df = df.assign(
+        gold_logprob=-np.arange(len(df)) / len(df), model_reward=np.arange(len(df)) / len(df)
+    )  # IGPO's, prime's and spa's input; the others ignore them
     expected = compute(name, df)
     extra = df.assign(observation="obs", valid_action=True)
     np.testing.assert_array_equal(compute(name, extra), expected)
@@ -208,7 +212,7 @@ def test_integer_ids_and_float_step_idx_and_index_labels():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_empty_table(name):
-    out = compute(name, BASE.assign(gold_logprob=0.0).iloc[:0])
+    out = compute(name, BASE.assign(gold_logprob=0.0, model_reward=0.0).iloc[:0])
     assert out.shape == (0,) and out.dtype == np.float64
 
 

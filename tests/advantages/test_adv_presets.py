@@ -306,7 +306,7 @@ def test_reinforce_pp_baseline_presets_agree_on_one_step():
 # --- which presets exist -------------------------------------------------------------------------
 PRESETS = {name: ["creditline", *refs] for name, refs in REFERENCE_PRESETS.items()}
 PRESETS |= {
-    name: ["creditline"] for name in ("igpo", "mc_branch", "spo_tree")
+    name: ["creditline"] for name in ("igpo", "mc_branch", "spo_tree", "prime", "spa")
 }  # no reference code reproduced
 assert PRESETS["gigpo"] == ["creditline", "verl-agent"]  # GiGPO and HGPO exist only in verl-agent
 assert PRESETS["turn_group"] == ["creditline", "igpo-fork", "matchtir"]  # forks of verl
