@@ -9,8 +9,9 @@ round's graph does not depend on the estimator. With one, it writes two artifact
                     the episodes' success (prime) or the scores' episode reward (spa)
     model_rewards   (S rows) episode_id, step_idx, model_reward: the updated model's value of every step
 
-The two are recorded together at the end, so a run killed half-way leaves neither and the next attempt
-trains again from the same parent with the same seed.
+Both are recorded at the end, the model first. A run killed before that leaves nothing recorded; one killed
+between the two records leaves the model without its values. Either way the next attempt trains again from the
+same parent with the same seed, so it writes the same folder and records both (the kill matrix's prime cases).
 """
 
 import dagster as dg
@@ -26,6 +27,7 @@ from assets.persist import (
     recorded_output,
     write_table,
 )
+from creditline.engines import release_generation_memory
 from creditline.faults import failpoint
 from creditline.lineage_chain import verify_checkpoint
 from creditline.policy import load_optimizer_state, load_policy, save_policy
@@ -78,6 +80,7 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
     if model_record is not None and rewards_record is not None:  # an earlier attempt got this far
         rewards, metrics = read_parquet(rewards_record.path), []
     else:
+        release_generation_memory()  # vLLM's weights and KV cache leave the GPU the training needs
         verify_checkpoint(previous)
         tables = {name: read_checked(record) for name, record in records.items()}
         model, tokenizer = load_reward_model(kind, previous.path, config.seed, config.rollouts.device)

@@ -11,12 +11,11 @@ and the turn reward is the gain ℓ(x_t) − ℓ(x_{t−1}) between the prompts 
 forming the differences is the estimator's business.
 
 Each row is its prompt ids followed by the answer's ids (`tokenizer.encode(answer,
-add_special_tokens=False)`); rows are right-padded into batches of `batch_rows` and scored by one
-forward per batch through `creditline.logprobs.completion_logprobs`, the trainer's own log-prob path
-(fp32 log-softmax, the LM head applied to the answer positions only, never the (R, L, V) logits).
-Right padding keeps each row's real tokens at positions 0 … n−1, which are the position ids the model
-assigns when none are passed, and the padding after them is masked out and never attended to by
-earlier positions: a padded row scores as it would alone.
+add_special_tokens=False)`), the answer in the place of a completion: the rows are packed as the trainer packs
+step rows (`creditline.trainer.pack`) and scored by its no-gradient pass (`creditline.trainer.score`: micro-batches
+of at most `token_budget` padded tokens, fp32 log-softmax on the answer positions only, never the (R, L, V)
+logits). A right-padded row scores as it would alone: its tokens keep positions 0 … n−1 and the padding after
+them is masked out.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditline.logprobs import completion_logprobs
+from creditline.trainer import TrainConfig, pack, score
 
-DEFAULT_BATCH_ROWS = 64
+DEFAULT_TOKEN_BUDGET = 16_384
 
 
 def gold_logprobs(
@@ -37,7 +36,7 @@ def gold_logprobs(
     tokenizer,
     prompts: Sequence[Sequence[int]],
     answers: Sequence[str],
-    batch_rows: int = DEFAULT_BATCH_ROWS,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
 ) -> np.ndarray:
     """ℓ per row: the mean over the answer's tokens of log π(answer_j | prompt, answer_<j), (B,) float64.
 
@@ -47,8 +46,6 @@ def gold_logprobs(
     """
     if len(prompts) != len(answers):
         raise ValueError(f"gold_logprobs: {len(prompts)} prompts but {len(answers)} answers")
-    if batch_rows < 1:
-        raise ValueError(f"gold_logprobs: batch_rows must be at least 1, got {batch_rows}")
     answer_ids = [tokenizer.encode(text, add_special_tokens=False) for text in answers]
     for row, (prompt, ids) in enumerate(zip(prompts, answer_ids, strict=True)):
         if not ids:
@@ -59,49 +56,19 @@ def gold_logprobs(
             raise ValueError(
                 f"gold_logprobs: row {row}: the prompt is empty (nothing to predict the answer from)"
             )
+    if not prompts:
+        return np.zeros(0)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    device = next(model.parameters()).device
-    means = np.empty(len(prompts), dtype=np.float64)  # (B,)
+    zeros = [np.zeros(len(ids)) for ids in answer_ids]
+    batch = pack(list(prompts), answer_ids, zeros, zeros, pad_id)  # the answer in a completion's place
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            for start in range(0, len(prompts), batch_rows):
-                stop = min(start + batch_rows, len(prompts))
-                means[start:stop] = _batch_means(
-                    model, prompts[start:stop], answer_ids[start:stop], pad_id, device
-                )
+        logp = score(model, batch, 1.0, TrainConfig(micro_batch_tokens=token_budget, bf16=False))  # (B, L)
     finally:
         model.train(was_training)
-    return means
-
-
-def _batch_means(
-    model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    answers: Sequence[Sequence[int]],
-    pad_id: int,
-    device: torch.device,
-) -> np.ndarray:
-    """ℓ of R rows scored by one forward: (R,) float64."""
-    rows = [
-        torch.tensor([*prompt, *answer], dtype=torch.long)
-        for prompt, answer in zip(prompts, answers, strict=True)
-    ]
-    input_ids = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=pad_id)  # (R, L)
-    lengths = torch.tensor([len(row) for row in rows])  # (R,)
-    answer_lengths = torch.tensor([len(answer) for answer in answers])  # (R,)
-    positions = torch.arange(input_ids.shape[1])  # (L,)
-    attention_mask = (positions < lengths[:, None]).long()  # (R, L)
-    # position j is a target when its NEXT token is an answer token: j ∈ [n − m − 1, n − 1)
-    first_target = (lengths - answer_lengths - 1)[:, None]  # (R, 1)
-    target_mask = (positions >= first_target) & (positions < lengths[:, None] - 1)  # (R, L)
-    logp, _ = completion_logprobs(
-        model, input_ids.to(device), attention_mask.to(device), target_mask.to(device), temperature=1.0
-    )  # (N,), N = Σ m, row-major
-    row_of_target = target_mask.nonzero()[:, 0]  # (N,)
-    sums = torch.zeros(len(rows), dtype=torch.float64).index_add_(0, row_of_target, logp.double().cpu())
-    return (sums / answer_lengths.double()).numpy()
+    sums = (logp.double() * batch.completion_mask).sum(1)  # (B,) over the answer's tokens
+    return (sums / torch.tensor([len(ids) for ids in answer_ids], dtype=torch.float64)).numpy()
 
 
 def with_gold_logprobs(

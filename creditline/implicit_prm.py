@@ -30,10 +30,9 @@ SCORING = TrainConfig()
 
 
 def reference_logprobs(
-    model, batch: PackedBatch, settings, reference: torch.nn.Module
+    batch: PackedBatch, settings, reference: torch.nn.Module
 ) -> tuple[torch.Tensor, float]:
     """The context of `row_values`: log π_ref of every completion token, (R, L) on the CPU, and β."""
-    del model
     if reference is None:
         raise ValueError("the implicit PRM needs its reference model (the experiment's initial policy)")
     return score(reference.eval(), batch, temperature=1.0, config=SCORING), float(settings.beta)

@@ -20,7 +20,7 @@ g_e = ∂L/∂z_e; then each micro-batch of rows back-propagates the surrogate �
 gradient is exactly ∂L/∂θ (chain rule through z_e = Σ v_r). Gradients are clipped to `max_grad_norm`.
 
 The model is the experiment's initial policy at round 1 (a kind may add a head) and the previous round's
-reward model after; each round's is saved as a HF folder (`save_reward_model`) and recorded in lineage as
+reward model after; each round's is saved as a HF folder (`creditline.policy.save_policy`) and recorded in lineage as
 the round's `reward_model`, and its values on the round's steps as `model_rewards` (`assets/reward_model`).
 The values are computed after the round's update (PRIME updates the PRM on the batch, then scores it).
 """
@@ -34,12 +34,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging as transformers_logging
 
 from creditline import implicit_prm, progress_model
 from creditline.ids import derive_seed
-from creditline.policy import load_tokenizer
+from creditline.policy import load_policy, load_tokenizer
 from creditline.trainer import PackedBatch, micro_batches, pack
 
 
@@ -73,8 +73,8 @@ class RewardModelKind:
     """"success": the episode's success (episodes table); "episode_reward": the rubric's (scores table)."""
     head: bool
     """True: a `…ForSequenceClassification` with one label (a scalar head); False: the causal LM itself."""
-    prepare: Callable[..., object] = lambda model, batch, settings, reference: None
-    """(model, batch, settings, reference) → the context `row_values` needs (e.g. π_ref's log-probs)."""
+    prepare: Callable[..., object] = lambda batch, settings, reference: None
+    """(batch, settings, reference) → the context `row_values` needs (e.g. π_ref's log-probs)."""
     needs_reference: bool = False
     """True: training and scoring read a frozen reference model (the experiment's initial policy)."""
 
@@ -98,17 +98,17 @@ def load_reward_model(kind: RewardModelKind, folder: str | Path, seed: int, devi
     A kind with a head started from a plain causal-LM folder gets a new head drawn from `seed` (the body's
     weights are the folder's); from its own earlier folder, the trained head is loaded.
     """
-    tokenizer = load_tokenizer(folder)
     if not kind.head:
-        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device), tokenizer
-    architectures = AutoConfig.from_pretrained(folder).architectures or []
-    fresh_head = not any(name.endswith("ForSequenceClassification") for name in architectures)
-    if fresh_head:
-        torch.manual_seed(derive_seed(seed, "reward_model_head"))
+        return load_policy(folder, device)
+    tokenizer = load_tokenizer(folder)
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # a new head is expected, not a load problem to report
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32)
+        with torch.random.fork_rng(devices=[]):  # the head's draw leaves the global generator as it was
+            torch.manual_seed(derive_seed(seed, "reward_model_head"))  # used only by a head not in the folder
+            model = AutoModelForSequenceClassification.from_pretrained(
+                folder, num_labels=1, dtype=torch.float32
+            )
     finally:
         transformers_logging.set_verbosity(verbosity)
     model.config.pad_token_id = tokenizer.pad_token_id
@@ -141,12 +141,26 @@ def all_row_values(
     kind: RewardModelKind, model: torch.nn.Module, batch: PackedBatch, context, token_budget: int
 ) -> np.ndarray:
     """v of every row of `batch`, (R,) float64, without gradients."""
-    values = np.zeros(batch.input_ids.shape[0])
-    lengths = batch.attention_mask.sum(1)
-    model.eval()
+    rows = np.arange(batch.input_ids.shape[0])
+    return row_values_without_grad(kind, model, batch, rows, context, token_budget).numpy()
+
+
+def row_values_without_grad(
+    kind: RewardModelKind,
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    rows: np.ndarray,
+    context,
+    token_budget: int,
+) -> torch.Tensor:
+    """v of `rows` (r,) float64 on the CPU, in micro-batches of at most `token_budget` padded tokens, eval mode."""
+    values = torch.zeros(len(rows), dtype=torch.float64)
+    model.eval()  # no dropout: training's two passes must see the same function
     with torch.no_grad():
-        for rows in micro_batches(lengths, token_budget):
-            values[rows.numpy()] = kind.row_values(model, batch, rows, context).double().cpu().numpy()
+        for micro in micro_batches(batch.attention_mask.sum(1)[rows], token_budget):
+            values[micro] = (
+                kind.row_values(model, batch, torch.from_numpy(rows[micro.numpy()]), context).double().cpu()
+            )
     return values
 
 
@@ -176,7 +190,8 @@ def train_reward_model(
             group["lr"] = settings.learning_rate
     generator = torch.Generator().manual_seed(seed)
     n_episodes = len(target)
-    rows_of = [np.flatnonzero(episode_of_row == e) for e in range(n_episodes)]  # (E,) lists of rows
+    by_episode = np.argsort(episode_of_row, kind="stable")  # rows grouped by episode
+    rows_of = np.split(by_episode, np.cumsum(np.bincount(episode_of_row, minlength=n_episodes))[:-1])  # (E,)
     metrics = []
     for epoch in range(settings.epochs):
         order = torch.randperm(n_episodes, generator=generator).numpy()
@@ -214,18 +229,12 @@ def accumulate_gradient(
     micro-batch, whose gradient is ∂L/∂θ by the chain rule.
     """
     device = next(model.parameters()).device
-    lengths = batch.attention_mask.sum(1)[rows]
-    parts = [(torch.from_numpy(rows[m.numpy()]), torch.from_numpy(local[m.numpy()]))
-             for m in micro_batches(lengths, token_budget)]  # fmt: skip
-    model.eval()  # no dropout: the two passes must see the same function
-    z = torch.zeros(len(y), dtype=torch.float64)
-    with torch.no_grad():  # pass 1
-        for micro_rows, micro_local in parts:
-            z.index_add_(0, micro_local, kind.row_values(model, batch, micro_rows, context).double().cpu())
+    values = row_values_without_grad(kind, model, batch, rows, context, token_budget)  # pass 1
+    z = torch.zeros(len(y), dtype=torch.float64).index_add_(0, torch.from_numpy(local), values)
     z.requires_grad_(True)
     loss = kind.loss(z, y)
     (grad_z,) = torch.autograd.grad(loss, z)
-    for micro_rows, micro_local in parts:  # pass 2: the surrogate
-        v = kind.row_values(model, batch, micro_rows, context)
-        (grad_z[micro_local].to(device=device, dtype=v.dtype) * v).sum().backward()
+    for micro in micro_batches(batch.attention_mask.sum(1)[rows], token_budget):  # pass 2: the surrogate
+        v = kind.row_values(model, batch, torch.from_numpy(rows[micro.numpy()]), context)
+        (grad_z[torch.from_numpy(local[micro.numpy()])].to(device=device, dtype=v.dtype) * v).sum().backward()
     return loss.detach(), z.detach()

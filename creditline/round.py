@@ -116,7 +116,7 @@ def fit_reward_model(
     settings = config.reward_model
     batch = step_batch(steps, tokenizer.pad_token_id)
     codes, episode_ids = episode_codes(steps)
-    context = kind.prepare(model, batch, settings, reference)
+    context = kind.prepare(batch, settings, reference)
     metrics, state = train_reward_model(
         kind, model, batch, codes, targets(kind, episode_ids, episodes, scores), settings,
         derive_seed(config.seed, round_, "reward_model"), context, optimizer_state,

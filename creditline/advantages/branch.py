@@ -53,6 +53,7 @@ import pandas as pd
 from .conventions import Conventions
 from .gigpo import step_returns
 from .registry import register
+from .segments import dense_codes
 from .table import AdvantageInputError, StepTable
 
 BRANCH_COLUMNS = ("branch_of_episode", "branch_of_step")
@@ -102,12 +103,12 @@ class Segments:
         ep = table.episode  # (S,)
         is_branch = source >= 0  # (E,)
         self.root_episode = np.where(is_branch, source, np.arange(len(source)))  # (E,)
-        self.depth = table.step_idx + at[ep]  # (S,) depth in the root episode's path
+        depth = table.step_idx + at[ep]  # (S,) depth in the root episode's path
         # branch points, as keys root_episode * M + step, sorted; each root's step 0 is a cut too
-        m = int(self.depth.max()) + 2 if len(self.depth) else 1
+        m = int(depth.max()) + 2 if len(depth) else 1
         roots = np.flatnonzero(~is_branch)
         cuts = np.unique(np.concatenate([source[is_branch] * m + at[is_branch], roots * m]))
-        row_key = self.root_episode[ep] * m + self.depth
+        row_key = self.root_episode[ep] * m + depth
         on_root = ~is_branch[ep]
         last_cut = cuts[np.searchsorted(cuts, row_key, side="right") - 1]  # (S,) latest cut ≤ the row
         start = np.where(on_root, last_cut % m, at[ep])  # (S,) depth of the segment's first row
@@ -124,14 +125,9 @@ class Segments:
         self.previous = np.where(start > 0, before % m, -1)  # (S,)
         # the valued state: the group's start state, or (root episode, branch step)
         state_key = np.where(start == 0, -1 - table.group, self.root_episode[ep] * m + start)
-        self.state, self.n_states = _codes(state_key)
+        self.state, self.n_states = dense_codes(state_key)
         self.start_row = table.ep_start[ep] + (start - at[ep])  # (S,) the segment's first row of this path
         self.m = m
-
-
-def _codes(key: np.ndarray) -> tuple[np.ndarray, int]:
-    codes, uniques = pd.factorize(key, sort=False)
-    return codes.astype(np.int64), len(uniques)
 
 
 def state_values(returns: np.ndarray, seg: Segments) -> np.ndarray:
@@ -171,14 +167,13 @@ def spo_tree(table: StepTable, conv: Conventions, *, treerl: bool = False) -> np
         return np.zeros(0)
     source, at = branch_links(table)
     seg = Segments(table, source, at)
-    n_episodes = len(source)
-    rewards = table.step_reward
-    before = np.cumsum(rewards) - rewards  # (S,) running sum before each row, across episodes
-    episode_total = np.bincount(table.episode, weights=rewards, minlength=n_episodes)  # (E,)
-    leaf = episode_total.copy()  # a continuation's leaf: its source's rewards before the branch, then its own
+    to_go = step_returns(table, 1.0)  # (S,) each path's rewards from the row on
+    leaf = to_go[
+        table.ep_start
+    ]  # (E,) a continuation's leaf: its source's rewards before the branch, then its own
     branched = np.flatnonzero(source >= 0)
     src_rows = table.ep_start[source[branched]]
-    leaf[branched] += before[src_rows + at[branched]] - before[src_rows]
+    leaf[branched] += to_go[src_rows] - to_go[src_rows + at[branched]]
     # per root episode: V of each segment, from its own leaf (the last segment) back to its first,
     # keyed root episode * M + segment start
     conts: dict[int, dict[int, list[float]]] = {}

@@ -27,7 +27,7 @@ import numpy as np
 from .conventions import Conventions
 from .registry import register
 from .segments import discounted_suffix_sum, group_zscore
-from .table import AdvantageInputError, StepTable
+from .table import StepTable, extra_column
 
 INFO_GAINS = ("prob_diff", "log_prob_diff")
 NORMALISATIONS = ("separate", "joint")
@@ -49,17 +49,8 @@ def igpo(
         raise ValueError(f"unknown info_gain {info_gain!r}; valid: {list(INFO_GAINS)}")
     if normalize not in NORMALISATIONS:
         raise ValueError(f"unknown normalize {normalize!r}; valid: {list(NORMALISATIONS)}")
-    if GOLD_COLUMN not in table.extra:
-        raise AdvantageInputError(
-            f"column {GOLD_COLUMN!r}: estimator 'igpo' needs the policy's log-probability of the task's gold "
-            "answer at every step, which the rollouts stage records for an environment with gold_answer()"
-        )
-    gold = np.asarray(table.extra[GOLD_COLUMN], dtype=np.float64)  # (S,)
-    if not np.isfinite(gold).all():
-        r = int(np.flatnonzero(~np.isfinite(gold))[0])
-        raise AdvantageInputError(
-            f"column {GOLD_COLUMN!r}: not finite (example: input row {int(table.order[r])})"
-        )
+    gold = extra_column(table, GOLD_COLUMN, "igpo", "the policy's log-probability of the task's gold answer at "
+                        "every step, which the rollouts stage records for an environment with gold_answer()")  # fmt: skip
     belief = np.exp(gold) if info_gain == "prob_diff" else gold
     last = np.zeros(table.n_rows, dtype=bool)
     last[table.ep_start + table.ep_len - 1] = True  # (S,) an episode's final turn

@@ -34,8 +34,8 @@ import numpy as np
 
 from .conventions import Conventions
 from .registry import register
-from .segments import discounted_suffix_sum
-from .table import AdvantageInputError, StepTable
+from .segments import discounted_suffix_sum, leave_one_out, safe_divide, weighted_whiten
+from .table import StepTable, extra_column
 
 MODEL_REWARD_COLUMN = "model_reward"
 """The step rows' column of model values v_t, written by the reward-model stage."""
@@ -50,21 +50,16 @@ def prime(
     del conv  # PRIME's own statistics
     value = model_values(table, "prime")  # (S,) sorted rows
     assert table.episode_reward is not None
-    episodes = np.repeat(np.arange(len(table.ep_len)), table.ep_len)  # (S,) episode code of each row
-    ep_group = table.ep_group  # (E,)
-    n = np.bincount(ep_group, minlength=table.n_groups).astype(np.float64)  # (G,) episodes per group
-    ep_mean = np.bincount(episodes, weights=value) / table.ep_len  # (E,) m_j
-    group_sum = np.bincount(ep_group, weights=ep_mean, minlength=table.n_groups)  # (G,) Σ_j m_j
-    outcome = table.ep_reward  # (E,)
-    outcome_sum = np.bincount(ep_group, weights=outcome, minlength=table.n_groups)  # (G,)
-    has_baseline = n > 1  # (G,)
-    scale = np.divide(n, n - 1.0, out=np.zeros_like(n), where=has_baseline)  # n/(n−1), 0 for a singleton
-    share = np.divide(1.0, n - 1.0, out=np.zeros_like(n), where=has_baseline)  # 1/(n−1)
-    row_group = table.group
-    process = value * scale[row_group] - group_sum[row_group] * share[row_group]  # (S,) r̂
-    ep_outcome = outcome * scale[ep_group] - outcome_sum[ep_group] * share[ep_group]  # (E,) ô
+    n = np.bincount(table.ep_group, minlength=table.n_groups).astype(np.float64)  # (G,) episodes per group
+    ep_mean = np.bincount(table.episode, weights=value) / table.ep_len  # (E,) m_j
+    group_mean = safe_divide(
+        np.bincount(table.ep_group, weights=ep_mean, minlength=table.n_groups), n
+    )  # (G,)
+    # v·n/(n−1) − Σ_j m_j/(n−1) = n/(n−1) · (v − mean_j m_j); a singleton group (n = 1) gets 0
+    process = safe_divide(n, n - 1.0)[table.group] * (value - group_mean[table.group])  # (S,) r̂
+    outcome = leave_one_out(table.ep_reward, table.ep_group, table.n_groups, singleton="zero")  # (E,) ô
     reward = process_coef * process
-    reward[table.ep_start + table.ep_len - 1] += outcome_coef * ep_outcome
+    reward[table.ep_start + table.ep_len - 1] += outcome_coef * outcome
     return whiten(discounted_suffix_sum(reward, table.ep_start, table.ep_len, 1.0))
 
 
@@ -79,23 +74,11 @@ def spa(table: StepTable, conv: Conventions, *, gamma: float = 0.99) -> np.ndarr
 
 
 def model_values(table: StepTable, estimator: str) -> np.ndarray:
-    """The sorted `model_reward` column (S,), checked present and finite."""
-    if MODEL_REWARD_COLUMN not in table.extra:
-        raise AdvantageInputError(
-            f"column {MODEL_REWARD_COLUMN!r}: estimator {estimator!r} needs the step-reward model's value of every "
-            "step, which the round's reward_model stage writes"
-        )
-    value = np.asarray(table.extra[MODEL_REWARD_COLUMN], dtype=np.float64)
-    if not np.isfinite(value).all():
-        r = int(np.flatnonzero(~np.isfinite(value))[0])
-        raise AdvantageInputError(
-            f"column {MODEL_REWARD_COLUMN!r}: not finite (example: input row {int(table.order[r])})"
-        )
-    return value
+    """The sorted `model_reward` column (S,), checked present, numeric and finite."""
+    return extra_column(table, MODEL_REWARD_COLUMN, estimator, "the step-reward model's value of every step, "
+                        "which the round's reward_model stage writes")  # fmt: skip
 
 
 def whiten(x: np.ndarray) -> np.ndarray:
-    """(x − mean) / sqrt(var + 1e-8) over all rows, var unbiased (verl's masked_whiten); one row → 0."""
-    if len(x) < 2:
-        return np.zeros_like(x)
-    return (x - x.mean()) / np.sqrt(x.var(ddof=1) + WHITEN_EPS)
+    """(x − mean) / sqrt(var + 1e-8) over all step rows, var unbiased (verl's masked_whiten, rows for tokens)."""
+    return weighted_whiten(x, np.ones(len(x)), eps_var=WHITEN_EPS)

@@ -37,7 +37,7 @@ import numpy as np
 
 from .conventions import VERL_AGENT_OUTCOME, VERL_AGENT_WHITEN, VERL_OUTCOME, VERL_WHITEN, Conventions
 from .registry import register
-from .segments import group_zscore, leave_one_out, safe_divide
+from .segments import group_zscore, leave_one_out, weighted_whiten
 from .table import StepTable
 
 
@@ -102,12 +102,5 @@ def reinforce_pp_baseline(table: StepTable, conv: Conventions) -> np.ndarray:
         if table.completion_length is None
         else table.completion_length.astype(np.float64)
     )  # (S,)
-    n_tok = float(tokens.sum())
-    if n_tok == 0.0:
-        return np.zeros(table.n_rows)
-    count = n_tok + conv.eps_var
-    mean = float(np.dot(tokens, centred)) / count
-    dev = centred - mean
-    var = float(np.dot(tokens, dev * dev)) / count * (n_tok / max(n_tok - conv.ddof_episode, 1.0))
-    sigma = np.sqrt(var + conv.eps_var) + conv.eps_sigma
-    return safe_divide(dev, np.float64(sigma))
+    return weighted_whiten(centred, tokens, eps_var=conv.eps_var, ddof=conv.ddof_episode,
+                           eps_count=conv.eps_var, eps_sigma=conv.eps_sigma)  # fmt: skip

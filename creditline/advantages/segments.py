@@ -71,6 +71,32 @@ def leave_one_out(x: np.ndarray, codes: np.ndarray, n_codes: int, *, singleton: 
     return out
 
 
+def weighted_whiten(
+    x: np.ndarray,
+    weights: np.ndarray,
+    *,
+    eps_var: float,
+    ddof: float = 1.0,
+    eps_count: float = 0.0,
+    eps_sigma: float = 0.0,
+) -> np.ndarray:
+    """Batch whitening of all rows, row r counted weights[r] times (its tokens): verl's ``masked_whiten``.
+
+        N = Σ w,  m = Σ w·x / (N + eps_count),  v = Σ w·(x − m)² / (N + eps_count) · N / max(N − ddof, 1)
+        a = (x − m) / (sqrt(v + eps_var) + eps_sigma)
+
+    (verl's ``masked_mean`` divides by Σmask + 1e-8: eps_count = 1e-8 there.) No weight at all → zeros.
+    """
+    n = float(weights.sum())
+    if n == 0.0:
+        return np.zeros(len(x))
+    count = n + eps_count
+    mean = float(np.dot(weights, x)) / count
+    dev = x - mean
+    var = float(np.dot(weights, dev * dev)) / count * (n / max(n - ddof, 1.0))
+    return safe_divide(dev, np.float64(np.sqrt(var + eps_var) + eps_sigma))
+
+
 def safe_divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """num/den where den != 0, else 0 (no warnings)."""
     out = np.zeros(np.broadcast(num, den).shape, dtype=np.float64)

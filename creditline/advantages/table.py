@@ -51,7 +51,7 @@ class StepTable:
     ep_len: np.ndarray  # (E,) number of steps
     n_groups: int
     anchor_values: np.ndarray | None  # (U,) anchor key of each anchor code
-    episode_values: np.ndarray | None = None  # (E,) episode_id of each episode code (sorted)
+    episode_values: np.ndarray  # (E,) episode_id of each episode code (sorted)
     extra: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Columns an estimator reads besides the required ones (``register(..., columns=)``), (S,) each in
     sorted row order; a column the input lacks is absent."""
@@ -276,17 +276,25 @@ def build_step_table(steps: Any, required: tuple[str, ...] = REQUIRED_COLUMNS) -
 def with_extra_columns(table: StepTable, steps: Any, names: tuple[str, ...]) -> StepTable:
     """``table`` with the columns ``names`` of ``steps`` that exist, in sorted row order (``extra``)."""
     present = steps.column_names if isinstance(steps, pa.Table) else list(steps.columns)
-    extra = {}
-    for name in names:
-        if name in present:
-            col = _column(steps, name)
-            values = (
-                col.to_numpy(zero_copy_only=False)
-                if isinstance(col, pa.ChunkedArray)
-                else pd.Series(col).to_numpy()
-            )
-            extra[name] = values[table.order]
+    extra = {name: _numeric(_column(steps, name))[table.order] for name in names if name in present}
     return replace(table, extra=extra)
+
+
+def extra_column(table: StepTable, name: str, estimator: str, needs: str) -> np.ndarray:
+    """The extra column ``name`` (S,) float64 in sorted row order, refused by name when the input lacks it
+    (``estimator`` "needs" it: what it is and where it comes from), holds a non-number, or a NaN or infinity."""
+    if name not in table.extra:
+        raise AdvantageInputError(f"column {name!r}: estimator {estimator!r} needs {needs}")
+    values = table.extra[name]
+    if values.dtype.kind not in "iuf" and (r := _first_non_number(values)) is not None:
+        raise AdvantageInputError(
+            f"column {name!r}: must be numbers, got {_show(values[r])} (example: input row {int(table.order[r])})"
+        )
+    values = values.astype(np.float64)
+    if not np.isfinite(values).all():
+        r = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise AdvantageInputError(f"column {name!r}: not finite (example: input row {int(table.order[r])})")
+    return values
 
 
 def _sort_order(ep_codes: np.ndarray, step_idx: np.ndarray) -> np.ndarray:

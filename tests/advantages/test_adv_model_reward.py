@@ -61,3 +61,16 @@ def test_without_model_values_the_estimator_is_refused_by_name(estimator):
         AdvantageInputError, match="column 'model_reward': not finite \\(example: input row 2\\)"
     ):
         compute(estimator, TOY.assign(model_reward=[0.0, 0.0, np.nan, 0.0]))
+
+
+@pytest.mark.parametrize(
+    "estimator, column", [("prime", "model_reward"), ("spa", "model_reward"), ("igpo", "gold_logprob")]
+)
+def test_a_value_that_is_no_number_is_refused_naming_the_row(estimator, column):
+    frame = TOY.assign(gold_logprob=-1.0).astype({column: object})
+    frame.loc[2, column] = "high"
+    with pytest.raises(
+        AdvantageInputError,
+        match=f"column '{column}': must be numbers, got 'high' \\(example: input row 2\\)",
+    ):
+        compute(estimator, frame)

@@ -41,8 +41,8 @@ def test_batched_equals_a_per_row_loop(tiny_policy):
     prompts = [encode_prompt(tokenizer, text) for text, _ in ROWS]
     answers = [answer for _, answer in ROWS]
     expected = per_row_loop(model, tokenizer, prompts, answers)
-    for batch_rows in (1, 2, 64):  # 2 < 5 rows: batches of 2, 2 and 1, each right-padded
-        got = gold_logprobs(model, tokenizer, prompts, answers, batch_rows=batch_rows)
+    for token_budget in (1, 20, 16_384):  # one row a pass, a few rows a pass (right-padded), all at once
+        got = gold_logprobs(model, tokenizer, prompts, answers, token_budget=token_budget)
         assert got.dtype == np.float64 and got.shape == (len(ROWS),)
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
     assert np.all(expected < 0)
@@ -86,7 +86,7 @@ def test_hand_computed_on_a_bigram_model():
     # P(next | a) = (.5, .25, .25), P(next | b) = (.1, .6, .3), P(next | c) = (.2, .2, .6)
     model = Bigram([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]])
     tokenizer = WordTokenizer(["a", "b", "c"])
-    got = gold_logprobs(model, tokenizer, [[0], [2, 2, 0], [1]], ["b c", "a", "c c c"], batch_rows=2)
+    got = gold_logprobs(model, tokenizer, [[0], [2, 2, 0], [1]], ["b c", "a", "c c c"], token_budget=8)
     expected = [
         (math.log(0.25) + math.log(0.3)) / 2,  # a → b → c
         math.log(0.5),  # … a → a

@@ -1,7 +1,5 @@
 """The step-reward model (creditline.reward_model, implicit_prm, progress_model) on a real tiny round."""
 
-import copy
-
 import numpy as np
 import pytest
 import torch
@@ -50,7 +48,7 @@ def _setup(round_, estimator):
     reference = load_policy(folder)[0] if kind.needs_reference else None
     batch = step_batch(steps, tokenizer.pad_token_id)
     codes, ids = episode_codes(steps)
-    context = kind.prepare(model, batch, RewardModelSettings(), reference)
+    context = kind.prepare(batch, RewardModelSettings(), reference)
     return kind, model, batch, codes, targets(kind, ids, episodes, scores), context
 
 
@@ -73,24 +71,17 @@ def test_prime_values_are_beta_times_the_summed_log_ratio(round_):
 
 def test_spa_values_are_the_classification_heads_output_at_the_last_token(round_, tmp_path):
     kind, model, batch, _, _, context = _setup(round_, "spa")
+    values = all_row_values(kind, model, batch, context, 4096)
     model.save_pretrained(tmp_path)
     hf = AutoModelForSequenceClassification.from_pretrained(
         tmp_path
     )  # HF's own pooling: the last non-pad token
-    hf.config.pad_token_id = -1  # never a token, so the last real token is found from the mask
-    with torch.no_grad():
-        ids = batch.input_ids.masked_fill(batch.attention_mask == 0, 0)
-        logits = hf(input_ids=ids, attention_mask=batch.attention_mask).logits.squeeze(-1)
-    # HF pools at the last position whose token is not the pad id: with pad −1 that is the last column, so
-    # compare row by row at each row's own length
+    hf.config.pad_token_id = -1  # never a token: each unpadded row is pooled at its last token
     lengths = batch.attention_mask.sum(1)
     for r in range(0, len(lengths), 97):
         with torch.no_grad():
-            one = hf(input_ids=ids[r : r + 1, : lengths[r]]).logits.squeeze()
-        assert float(one) == pytest.approx(
-            all_row_values(kind, model, batch, context, 4096)[r], rel=1e-4, abs=1e-6
-        )
-    assert logits.shape == lengths.shape
+            one = hf(input_ids=batch.input_ids[r : r + 1, : lengths[r]]).logits.squeeze()
+        assert float(one) == pytest.approx(values[r], rel=1e-4, abs=1e-6)
 
 
 @pytest.mark.parametrize("estimator", ["prime", "spa"])
@@ -130,8 +121,7 @@ def test_training_fits_the_episode_sums_to_their_targets(round_, estimator):
     first, last = metrics[0]["loss"], np.mean([m["loss"] for m in metrics[-4:]])
     assert last < 0.8 * first, (first, last)
     assert len(metrics) == 30 and state["state"]  # the optimiser state carries to the next round
-    again = copy.deepcopy(model)
-    values = all_row_values(kind, again, batch, context, 4096)
+    values = all_row_values(kind, model, batch, context, 4096)
     sums = np.bincount(codes, weights=values)
     if estimator == "prime":  # the log-odds now separate the successes from the failures
         assert sums[target == 1].mean() > sums[target == 0].mean()

@@ -40,7 +40,6 @@ def test_two_rounds_train_record_and_read_the_reward_model(tmp_path, estimator):
         model, tokenizer = load_reward_model(kind, second.path, seed=0)
         batch = step_batch(steps, tokenizer.pad_token_id)
         context = kind.prepare(
-            model,
             batch,
             from_dict(TINY).reward_model,
             load_policy(initial.path)[0] if kind.needs_reference else None,
