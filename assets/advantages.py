@@ -52,18 +52,20 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
             (steps_record.content_hash, "computed_from"),
             (scores_record.content_hash, "computed_from"),
             *([(rewards_record.content_hash, "computed_from")] if rewards_record else []),
+            # a sample filter reads the episodes' success
+            *([(episodes_record.content_hash, "computed_from")] if settings.sample_filter != "none" else []),
         ]
         record = recorded_output(
             lineage, experiment, round_, "advantages", parents, meta={"params_hash": digest}
         )
     episodes, steps, scores = (read_checked(r) for r in (episodes_record, steps_record, scores_record))
-    if rewards_record is not None:
-        steps = with_model_rewards(steps, read_checked(rewards_record))
-    frame = (
-        read_parquet(record.path)
-        if record is not None
-        else step_advantages(steps, scores, settings, episodes)
-    )
+    if record is not None:  # an earlier attempt computed them
+        frame = read_parquet(record.path)
+    else:
+        with_values = (
+            steps if rewards_record is None else with_model_rewards(steps, read_checked(rewards_record))
+        )
+        frame = step_advantages(with_values, scores, settings, episodes)
     credit = credit_table(episodes, steps, scores, frame, credit_episodes(episodes, steps))
     png = credit_picture(credit, settings.estimator, f"{experiment} round {round_}: credit per step")
     picture = lineage.round_dir(experiment, round_) / "credit.png"

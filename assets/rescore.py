@@ -70,24 +70,24 @@ def rescored_advantages(
     experiment, round_, version = _partition(context)
     config = lineage.experiment(experiment)
     steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
-    episodes, _ = read_artifact(lineage, experiment, round_, "episodes")
     rescored, rescored_record = read_artifact(lineage, experiment, round_, "rescore_scores", version)
     trained_scores, _ = read_artifact(lineage, experiment, round_, "scores")
     trained_advantages, trained_record = read_artifact(lineage, experiment, round_, "advantages")
     settings = config.advantages
-    model_parents = []
+    also_from, episodes = [], None
     if reward_model_kind(settings.estimator):  # the round's step-reward model, trained on the training rubric
         model_rewards, rewards_record = read_artifact(lineage, experiment, round_, "model_rewards")
-        steps, model_parents = (
-            with_model_rewards(steps, model_rewards),
-            [(rewards_record.content_hash, "computed_from")],
-        )
+        steps = with_model_rewards(steps, model_rewards)
+        also_from.append((rewards_record.content_hash, "computed_from"))
+    if settings.sample_filter != "none":  # the filter reads the episodes' success
+        episodes, episodes_record = read_artifact(lineage, experiment, round_, "episodes")
+        also_from.append((episodes_record.content_hash, "computed_from"))
     frame = step_advantages(steps, rescored, settings, episodes)
     record = persist_table(
         context, lineage, frame, table="advantages", kind="rescore_advantages", variant=version,
         experiment=experiment, round_=round_,
         parents=[(steps_record.content_hash, "computed_from"), (rescored_record.content_hash, "computed_from"),
-                 *model_parents],
+                 *also_from],
         meta={"rubric_version": version, "estimator": settings.estimator, "params": settings.params,
               "params_hash": params_hash(settings.estimator, settings.params)},
     )  # fmt: skip

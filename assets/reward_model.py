@@ -11,7 +11,8 @@ round's graph does not depend on the estimator. With one, it writes two artifact
 
 Both are recorded at the end, the model first. A run killed before that leaves nothing recorded; one killed
 between the two records leaves the model without its values. Either way the next attempt trains again from the
-same parent with the same seed, so it writes the same folder and records both (the kill matrix's prime cases).
+same parent with the same seed and records both anew, the model replaced (on CPU the same folder: the kill
+matrix's prime cases end with the checkpoints of an uninterrupted run).
 """
 
 import dagster as dg
@@ -29,7 +30,7 @@ from assets.persist import (
 )
 from creditline.engines import release_generation_memory
 from creditline.faults import failpoint
-from creditline.lineage_chain import verify_checkpoint
+from creditline.lineage_chain import parent_record, verify_checkpoint
 from creditline.policy import load_optimizer_state, load_policy, save_policy
 from creditline.reward_model import load_reward_model, reward_model_kind
 from creditline.round import fit_reward_model
@@ -62,7 +63,7 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
     inputs = ("episodes", "steps") if kind.target == "success" else ("steps", "scores")
     with store.session():  # the lineage reads only
         records = {name: lookup_artifact(lineage, experiment, round_, name) for name in inputs}
-        initial = store.initial_policy(experiment)
+        initial = parent_record(store, experiment, 1)  # the initial policy (a clear error when there is none)
         previous = (
             initial if round_ == 1 else lookup_artifact(lineage, experiment, round_ - 1, "reward_model")
         )

@@ -106,15 +106,17 @@ def recorded_round(root: Path, name: str, round_: int) -> tuple[float, dict[str,
     return wall, steps, recorded.content_hash, parent.path
 
 
-ROUND_SHAPE = {  # asset: (upstream, blocking checks, in the gpu pool): the round job's steps (pipelines/definitions.py)
-    "rollouts": (None, ["episodes_stored_and_valid", "steps_stored_and_valid", "parent_checkpoint_unchanged"], True),
-    "scores": ("rollouts", ["scores_stored_and_valid"], False),
-    "reward_model": ("scores", [], True),  # prime, spa: a second model; nothing for the others
-    "advantages": ("scores", ["advantages_stored_and_valid"], False),
-    "checkpoint": ("advantages", [], True),
-    "evaluation": ("checkpoint", ["evaluation_stored_and_valid"], True),
-    "round_summary": ("evaluation", [], False),
+ROUND_SHAPE = {  # step: (upstream steps, blocking checks, in the gpu pool): the round job's (pipelines/definitions.py)
+    "rollouts": ((), ["episodes_stored_and_valid", "steps_stored_and_valid", "parent_checkpoint_unchanged"], True),
+    "scores": (("rollouts",), ["scores_stored_and_valid"], False),
+    "reward_model": (("scores",), [], True),  # prime, spa: a second model; nothing for the others
+    "advantages": (("scores", "reward_model"), ["advantages_stored_and_valid"], False),
+    "checkpoint": (("advantages",), [], True),
+    "evaluation": (("checkpoint",), ["evaluation_stored_and_valid"], True),
+    "round_summary": (("evaluation",), [], False),
 }  # fmt: skip
+"""Upstream steps are the direct ones up to order: a step's other inputs come before it anyway (checkpoint reads
+the rollouts' steps too, after the advantages)."""
 
 
 def hollow_rounds(root: Path, rounds: int) -> list[float]:
@@ -126,7 +128,7 @@ def hollow_rounds(root: Path, rounds: int) -> list[float]:
     partitions = dg.DynamicPartitionsDefinition(name="hollow_rounds")
     assets, checks = [], []
     for name, (upstream, names, gpu) in ROUND_SHAPE.items():
-        hollow = dg.asset(name=name, deps=[upstream] if upstream else [], partitions_def=partitions,
+        hollow = dg.asset(name=name, deps=list(upstream), partitions_def=partitions,
                           pool="gpu" if gpu else None)  # fmt: skip
         assets.append(hollow(lambda: dg.MaterializeResult(metadata={"rows": 0})))
         for check in names:

@@ -35,6 +35,7 @@ branch_of_step + step_idx).
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -245,11 +246,13 @@ def play_branches(
         episode = by_episode[point.episode_id]
         task, sample = int(episode["task_id"].iloc[0]), int(episode["sample_idx"].iloc[0])
         snapshot = None if snapshots is None else snapshots.get((point.episode_id, point.step_idx))
+        prompt = None  # rebuilt and checked once a point; each continuation plays on in a copy
         for k in range(continuations):
-            env, observation = restart(
+            env, observation = restart(  # each continuation its own environment, in the state of the step
                 env_factory, episode, point.step_idx, reset_seed(task, sample), snapshot
             )
-            prompt_ids, conversation = recorded_prompt(env, episode, point.step_idx, tokenizer, prompt_format)
+            prompt = prompt or recorded_prompt(env, episode, point.step_idx, tokenizer, prompt_format)
+            prompt_ids, conversation = list(prompt[0]), copy.deepcopy(prompt[1])
             starts.append(LiveEpisode(
                 env=env, episode_id=ids.branch_episode_id(point.episode_id, point.step_idx, k),
                 group_id=episode["group_id"].iloc[0], task_id=task, sample_idx=sample, observation=observation,

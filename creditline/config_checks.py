@@ -296,7 +296,10 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
         problems += estimator_problems(adv["estimator"], adv["params"], note)
     problems += verifiers_problems(config.get("verifiers", {}), files=files)
     problems += branching_problems(
-        config.get("branching", {}), adv.get("estimator"), config.get("verifiers", {})
+        config.get("branching", {}),
+        adv.get("estimator"),
+        config.get("verifiers", {}),
+        adv.get("sample_filter"),
     )
     if "estimator" in adv and "name" in env and "params" in env and not found:
         problems += gold_answer_problems(
@@ -314,10 +317,14 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
 
 
 def branching_problems(
-    branching: Mapping[str, Any], estimator: str | None, verifiers: Mapping[str, Any]
+    branching: Mapping[str, Any],
+    estimator: str | None,
+    verifiers: Mapping[str, Any],
+    sample_filter: str | None,
 ) -> list[Problem]:
     """Branching needs an estimator that reads the continuations' links (a continuation is not a fresh
-    episode of its task) and rollouts that creditline plays (a verifiers environment cannot be restarted)."""
+    episode of its task), rollouts that creditline plays (a verifiers environment cannot be restarted), and no
+    sample filter (PROF would weigh a continuation as one more episode of its group, and could drop its source)."""
     points = branching.get("points", "none")
     if points == "none":
         return []
@@ -332,6 +339,10 @@ def branching_problems(
     if verifiers.get("env_id"):
         problems.append(Problem("branching.points", points, "cannot branch rollouts a verifiers environment plays "
                                 "(verifiers.env_id): creditline cannot restart its episodes"))  # fmt: skip
+    if sample_filter not in (None, "none"):
+        problems.append(Problem("branching.points", points, f'cannot be combined with sample_filter = "{sample_filter}": '
+                                "the filter would count a continuation as an episode of its group and could drop "
+                                "the episode it branched from"))  # fmt: skip
     return problems
 
 

@@ -118,8 +118,9 @@ def run_episodes(
 ) -> RolloutTables:
     """Play `group_size` episodes of every task in `task_ids` to the end, batched per turn.
 
-    `snapshots`, when given, is filled with `env.snapshot()` of every episode before each of its steps,
-    keyed by (episode_id, step_idx): the states branching restarts from (`creditline.branching`).
+    `snapshots`, when given, is filled with `env.snapshot()` of every episode before each of its steps but the
+    first (never a branch point), keyed by (episode_id, step_idx): the states branching restarts from
+    (`creditline.branching`).
     """
     prompt_format = resolve_prompt_format(tokenizer, prompt_format)
     episodes = []
@@ -194,7 +195,7 @@ def play(
         completions = engine.generate([ep.prompt_ids for ep in active], turn_sampling)
         still_active = []
         for ep, completion in zip(active, completions, strict=True):
-            if snapshots is not None:
+            if snapshots is not None and ep.num_steps > 0:  # step 0 is never a branch point
                 snapshots[(ep.episode_id, ep.num_steps)] = ep.env.snapshot()
             prompt = ep.prompt_ids
             action = decode_action(tokenizer, completion.token_ids, sampling.stop)

@@ -23,11 +23,10 @@ ignored: `7`, `7.`, `7 up`) answers that digit; otherwise its first word, as the
 and punctuation ignored: `Up.`, `left, then up`), names the place to look at. Anything else (`12`,
 `seven`, `jump`) is invalid: `invalid_penalty` is charged and nothing changes.
 
-Words: the built-in tiny policy's vocabulary is the union of the built-in environments' words in
-registry-name order (`builtin_vocabulary`), part of the default experiment's checkpoint hash. This
-environment uses only words the maze already has (`key`, `no`, the places, digits), and
-`vocabulary()` lists them in the maze's own order and extent (`lookup` sorts before `maze`, so any
-other list would renumber the tokenizer's words).
+Words: the built-in tiny policy's vocabulary is the union of the built-in environments' words
+(`builtin_vocabulary`: arithmetic's and the maze's first, `VOCABULARY_ORDER`, then the others' new words),
+part of the default experiment's checkpoint hash. This environment uses only words the maze already has
+(`key`, `no`, the places, digits), so it adds none.
 """
 
 from __future__ import annotations

@@ -31,7 +31,26 @@ def test_the_hollow_round_has_the_round_jobs_assets_checks_and_pool(overhead, tm
     assert assets == set(shape)
     assert checks == {check for _, names, _ in shape.values() for check in names}
     assert pooled == {name for name, (_, _, gpu) in shape.items() if gpu}
-    assert all(upstream in shape for upstream, _, _ in shape.values() if upstream)
+    assert all(step in shape for upstream, _, _ in shape.values() for step in upstream)
+    # the same order: each step comes after the same steps, directly or not
+    node_of = {key: d.op.name for d in make_definitions(str(tmp_path)).assets for key in d.keys}
+    real = {d.op.name: {node_of[u] for ups in d.asset_deps.values() for u in ups if u in node_of} - {d.op.name}
+            for d in make_definitions(str(tmp_path)).assets if d.op.name in shape}  # fmt: skip
+    hollow = {name: set(upstream) for name, (upstream, _, _) in shape.items()}
+    assert _before(hollow) == _before(real)
+
+
+def _before(upstream: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Every step's ancestors (the transitive closure of `upstream`)."""
+    closure = {name: set(ups) for name, ups in upstream.items()}
+    changed = True
+    while changed:
+        changed = False
+        for ancestors in closure.values():
+            grown = ancestors.union(*(closure[a] for a in ancestors))
+            changed |= grown != ancestors
+            ancestors |= grown
+    return closure
 
 
 def test_hollow_rounds_are_timed_from_the_event_log_without_the_first(overhead, tmp_path):

@@ -94,9 +94,16 @@ def test_continuations_restart_at_the_recorded_step_and_are_linked(tiny_policy):
 
 def test_replay_and_snapshot_restart_the_same_state(tiny_policy):
     settings = BranchSettings(points="uniform", per_episode=2, continuations=2)
-    _, points_a, by_snapshot = play(tiny_policy, lambda: make_env("maze", progress_reward=0.1), settings, {})
+    snapshots = {}
+    tables, points_a, by_snapshot = play(
+        tiny_policy, lambda: make_env("maze", progress_reward=0.1), settings, snapshots
+    )
     _, points_b, by_replay = play(tiny_policy, ReplayOnlyMaze, settings)
     assert points_a == points_b
+    # the snapshot path did run: every step but each episode's first was snapshotted, every point among them
+    later = tables.steps[tables.steps["step_idx"] > 0]
+    assert set(snapshots) == set(zip(later["episode_id"], later["step_idx"], strict=True))
+    assert {(p.episode_id, p.step_idx) for p in points_a} <= set(snapshots)
     pd.testing.assert_frame_equal(by_snapshot.steps, by_replay.steps)
 
 
@@ -154,3 +161,34 @@ def test_the_token_budget_caps_the_planned_continuations():
     # first points of each episode first (a@1: 12, b@1: 4 → 16 > 14, so b@1 is skipped), then b@2: 2
     assert sum(p.planned_tokens for p in points) <= 14
     assert [(p.episode_id, p.step_idx, p.planned_tokens) for p in points] == [("a", 1, 12), ("b", 2, 2)]
+
+
+BRANCHED = {"branching": {"points": "every"}, "advantages": {"estimator": "mc_branch", "params": {}}}
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"advantages": {"estimator": "grpo", "params": {}}},
+            'branching.points = "every": needs an estimator that reads branches (mc_branch, spo_tree); "grpo" would take',
+        ),
+        (
+            {"advantages": {"estimator": "mc_branch", "params": {}, "sample_filter": "prof"}},
+            'branching.points = "every": cannot be combined with sample_filter = "prof"',
+        ),
+        (
+            {"verifiers": {"env_id": "some-env"}},
+            'branching.points = "every": cannot branch rollouts a verifiers environment plays',
+        ),
+    ],
+    ids=["estimator", "prof", "verifiers"],
+)
+def test_branching_is_refused_where_continuations_would_be_misread(overrides, message):
+    from creditline.config import from_dict
+    from creditline.config_checks import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        from_dict({**BRANCHED, **overrides})
+    assert any(line.startswith(message) for line in refused.value.problems), refused.value.problems
+    assert from_dict(BRANCHED).branching.points == "every"

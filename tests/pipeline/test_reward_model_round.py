@@ -4,7 +4,7 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 import pytest
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from creditline.config import from_dict
 from creditline.policy import load_policy
@@ -12,7 +12,7 @@ from creditline.reward_model import all_row_values, load_reward_model, reward_mo
 from creditline.store.rounds import round_commits, round_problems
 from tests.pipeline.test_round_assets import TINY, run_round
 
-HF_CLASS = {"prime": AutoModelForCausalLM, "spa": AutoModelForSequenceClassification}
+HF_CLASS = {"prime": "LlamaForCausalLM", "spa": "LlamaForSequenceClassification"}
 
 
 @pytest.mark.parametrize("estimator", ["prime", "spa"])
@@ -30,12 +30,16 @@ def test_two_rounds_train_record_and_read_the_reward_model(tmp_path, estimator):
         assert dict(first.parents)[initial.content_hash] == "initialized_from"
         assert dict(second.parents)[first.content_hash] == "initialized_from"
         assert dict(second.parents)[store.artifact(name, 2, "steps").content_hash] == "trained_on"
-        assert first.content_hash != second.content_hash != initial.content_hash
+        assert len({first.content_hash, second.content_hash, initial.content_hash}) == 3
         # a real HF folder of the right class, whose values are the recorded ones
         rewards = store.artifact(name, 2, "model_rewards")
         steps = pd.read_parquet(store.artifact(name, 2, "steps").path)
         table = pd.read_parquet(rewards.path)
-        assert type(HF_CLASS[estimator].from_pretrained(second.path)).__name__.startswith("Llama")
+        # the folder says what it is (transformers would load a causal LM as a classifier with a new head)
+        assert AutoConfig.from_pretrained(second.path).architectures == [HF_CLASS[estimator]]
+        assert type(AutoModelForSequenceClassification.from_pretrained(second.path)).__name__.startswith(
+            "Llama"
+        )
         kind = reward_model_kind(estimator)
         model, tokenizer = load_reward_model(kind, second.path, seed=0)
         batch = step_batch(steps, tokenizer.pad_token_id)

@@ -198,3 +198,21 @@ def test_a_branched_round_records_its_continuations_in_lineage_and_the_ui(tmp_pa
         assert 0 < shown["continuation_token_share"].value < 1
         advantages = store.artifact("branched", 1, "advantages")
         assert advantages.meta["estimator"] == "mc_branch"
+
+
+def test_a_filtered_round_records_the_episodes_it_filtered_on_and_the_share(tmp_path):
+    """PROF reads the episodes' success: they are a parent of the advantages, and the UI shows the share dropped."""
+    with dg.instance_for_test() as instance:
+        result, store = run_round(tmp_path, "filtered", 1, instance,
+                                  advantages={"estimator": "grpo", "params": {}, "sample_filter": "prof",
+                                              "filter_remove": 1})  # fmt: skip
+        assert result.success
+        advantages = store.artifact("filtered", 1, "advantages")
+        assert (
+            dict(advantages.parents)[store.artifact("filtered", 1, "episodes").content_hash]
+            == "computed_from"
+        )
+        shown = instance.get_latest_materialization_event(dg.AssetKey("advantages")).asset_materialization
+        assert shown.metadata["filtered_share"].value == round(
+            1 / 3, 4
+        )  # 1 of each group's 3 episodes, as shown
