@@ -31,7 +31,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 # The test extras, and a user's environment package (tests/plugins/countdown) that the plugin tests
 # find through its entry point, as a real user's would be.
 $(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.toml .venv-verifiers-0.3/.installed .venv-verifiers-0.4/.installed
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]' -e tests/plugins/countdown
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,server]' -e tests/plugins/countdown
 	touch $@
 
 # verifiers 0.3.1 (classic API) and 0.4.0 (v1) in venvs of their own (their pins are not ours), at the

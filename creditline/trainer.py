@@ -28,6 +28,10 @@ sampler/trainer mismatch, KL(μ‖π_old) by k3 on the first minibatch before an
 
 Optimiser: AdamW, `epochs` passes over the rows, each split into `minibatches` shuffled parts. The
 trainer returns metrics and the optimiser state; it logs and writes nothing itself.
+
+Under torchrun (an initialised process group of W > 1 ranks, `creditline.distributed`), rank r trains on
+rows r::W of every minibatch, still dividing by the whole minibatch's N; the ranks' gradients and metric
+sums are then summed, so every rank takes the one-process update (up to float summation order).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from creditline.distributed import rank_and_size, sum_rows, sum_update
 from creditline.faults import failpoint
 from creditline.logprobs import DEFAULT_CHUNK_TOKENS, completion_logprobs
 
@@ -191,15 +196,19 @@ def score(
 ) -> torch.Tensor:
     """The model's log-prob of every completion token, (R, L) on the CPU (0 elsewhere), no gradients.
 
-    Gives π_old (truncated importance sampling) and π_ref (reference KL) in the batch's layout."""
+    Gives π_old (truncated importance sampling) and π_ref (reference KL) in the batch's layout. Under
+    torchrun each rank scores rows rank::W and the ranks' tables are summed."""
+    rank, world = rank_and_size()
     out = torch.zeros(batch.old_logprobs.shape)
+    mine = torch.arange(out.shape[0])[rank::world]  # (R / W,) this rank's rows
     with torch.no_grad():
-        for rows in micro_batches(batch.attention_mask.sum(1), config.micro_batch_tokens):
+        for local in micro_batches(batch.attention_mask[mine].sum(1), config.micro_batch_tokens):
+            rows = mine[local]
             logp, _, mask, length = rows_logprobs(model, batch, rows, config, temperature, top_p)
             block = out[rows, :length]
             block[mask] = logp.cpu()
             out[rows, :length] = block
-    return out
+    return out if world == 1 else sum_rows(out, _device(model))
 
 
 def train(
@@ -215,11 +224,13 @@ def train(
 
     `temperature` and `top_p` are the sampling ones (the trainer's π_θ is the distribution the
     engine sampled from, so ρ compares like with like); `seed` orders the minibatches. With
-    `kl_coef` > 0 the batch must carry `reference_logprobs`.
+    `kl_coef` > 0 the batch must carry `reference_logprobs`. Under torchrun every rank passes the
+    whole batch and the same seed, and trains on its share of each minibatch (module docstring).
     """
     if config.kl_coef > 0 and batch.reference_logprobs is None:
         raise ValueError("kl_coef > 0 needs the batch's reference_logprobs (see `score`)")
     device = _device(model)
+    rank, world = rank_and_size()
     trainer_old = score(model, batch, temperature, config, top_p) if config.tis_cap > 0 else None
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -238,13 +249,14 @@ def train(
     for epoch in range(config.epochs):
         order = torch.randperm(rows, generator=generator)
         for part, mb_rows in enumerate(torch.tensor_split(order, min(config.minibatches, rows))):
-            n_tokens = int(batch.completion_mask[mb_rows].sum())
+            n_tokens = int(batch.completion_mask[mb_rows].sum())  # the whole minibatch's N, on every rank
+            rank_rows = mb_rows[rank::world]  # this rank's share (all of them in one process)
             sums = dict.fromkeys(
                 ("loss", "entropy", "clipped", "approx_kl", "sampler_kl", "reference_kl"), 0.0
             )
             optimizer.zero_grad(set_to_none=True)
-            for local in micro_batches(lengths[mb_rows], config.micro_batch_tokens):
-                micro = mb_rows[local]
+            for local in micro_batches(lengths[rank_rows], config.micro_batch_tokens):
+                micro = rank_rows[local]
                 logp, entropy, mask, length = rows_logprobs(model, batch, micro, config, temperature, top_p,
                                                              entropy_grad=config.entropy_coef > 0)  # fmt: skip
                 sampled = _select(batch.old_logprobs, micro, length, mask, device)
@@ -271,6 +283,8 @@ def train(
                 sums["approx_kl"] += (  # KL(π_old‖π_θ); π_old is μ without TIS
                     sampler_kl_sum if trainer_old is None else float(k3(detached, old).sum())
                 )
+            if world > 1:  # every rank now holds the one-process gradient and sums
+                sums = sum_update(model.parameters(), sums)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             failpoint("train:update")

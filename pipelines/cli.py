@@ -27,7 +27,10 @@ import time
 from pathlib import Path
 
 from creditline.config import ExperimentConfig, load_config, registration
+from creditline.deployment import load_deployment
 from creditline.store import LineageStore
+from creditline.store.connection import is_postgres
+from pipelines.reachability import check_reachable
 from pipelines.round_runner import (
     RoundInterrupted,
     RoundStopped,
@@ -38,7 +41,8 @@ from pipelines.round_runner import (
     stopped_by_checks,
     wait_for_pools,
 )
-from resources.lineage import DATA_ROOT_ENV, LineageResource, default_data_root
+from resources import deployed_resources
+from resources.lineage import DATA_ROOT_ENV, default_data_root
 
 DEFAULT_EXPERIMENT = ExperimentConfig().name
 
@@ -48,11 +52,11 @@ class UsageError(ValueError):
 
 
 def _store(data_root: str) -> LineageStore:
-    return LineageResource(data_root=data_root).store()
+    return deployed_resources(data_root)["lineage"].store()
 
 
 def _known_experiment(store: LineageStore, name: str) -> None:
-    if not Path(store.path).exists():
+    if not is_postgres(store.path) and not Path(store.path).exists():
         raise UsageError(f"--experiment {name!r}: no lineage store at {store.path}; "
                          f"wrong --data-root (or ${DATA_ROOT_ENV})?")  # fmt: skip
     if store.experiment_config(name) is None:
@@ -283,9 +287,8 @@ def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> 
     """Committed rounds whose MLflow run is missing or not FINISHED; runs left RUNNING by nobody."""
     from creditline.store import Problem
     from creditline.store.rounds import EXPERIMENT_RUN_ROUND, round_commits, tracking_runs
-    from resources import TrackerResource
 
-    tracker = TrackerResource(data_root=data_root)
+    tracker = deployed_resources(data_root)["tracker"]
     runs = tracking_runs(store, experiment)
     problems = []
     for round_ in round_commits(store, experiment):
@@ -461,7 +464,7 @@ def cmd_import(args) -> int:
         validate(SCHEMAS[table], getattr(tables, table), f"{table} of {source.rollouts_file}")
     store = _store(args.data_root)
     instance = get_instance(args.data_root)
-    lineage = LineageResource(data_root=args.data_root)
+    lineage = deployed_resources(args.data_root)["lineage"]
     with hold_lease(store, config.name):
         reclaim_dead(instance, args.data_root)
         refuse_if_in_flight(instance, config.name)
@@ -601,13 +604,16 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     """Failures a user causes and can fix: one line each, exit 2 (everything else is a bug)."""
     from creditline.advantages import AdvantageInputError
     from creditline.config_checks import ConfigError
+    from creditline.deployment import DeploymentError
     from creditline.lineage_chain import ParentCheckpointError
     from creditline.store import ExperimentConfigMismatch, StoreLockedError
     from creditline.store.leases import LeaseHeldError
+    from pipelines.reachability import StoreUnreachable
     from schemas import TableValidationError
 
     return (UsageError, RoundStopped, ConfigError, ExperimentConfigMismatch, StoreLockedError, LeaseHeldError,
-            ParentCheckpointError, TableValidationError, AdvantageInputError)  # fmt: skip
+            ParentCheckpointError, TableValidationError, AdvantageInputError, DeploymentError,
+            StoreUnreachable)  # fmt: skip
 
 
 def _interrupt(signum, frame):
@@ -632,6 +638,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.debug:  # MLflow announces its database migrations on stderr (read when mlflow is imported)
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
+        check_reachable(
+            load_deployment()
+        )  # a server that is down: one line naming it, before anything is written
         return args.func(args)
     except KeyboardInterrupt:
         print("interrupted: a round left incomplete is completed by `creditline run` again", file=sys.stderr)

@@ -97,10 +97,10 @@ def pool_holders(instance: dg.DagsterInstance) -> list[str]:
 def close_round_tracking(data_root: str, experiment: str, round_: int, status: str) -> list[str]:
     """Close the round's and the experiment's MLflow runs that are still RUNNING; return their ids."""
     from creditline.store.rounds import EXPERIMENT_RUN_ROUND, tracking_run_id
-    from resources import LineageResource, TrackerResource
+    from resources import deployed_resources
 
-    store = LineageResource(data_root=data_root).store()
-    tracker = TrackerResource(data_root=data_root)
+    resources = deployed_resources(data_root)
+    store, tracker = resources["lineage"].store(), resources["tracker"]
     closed = []
     for key in (round_, EXPERIMENT_RUN_ROUND):
         run_id = tracking_run_id(store, experiment, key)

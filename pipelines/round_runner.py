@@ -15,6 +15,9 @@ import signal
 import time
 from collections.abc import Iterator
 
+import dagster as dg
+
+from creditline.deployment import load_deployment
 from resources.lineage import PROCESS_TAG
 
 
@@ -23,6 +26,14 @@ def round_job_def(data_root: str, job_name: str):
     from pipelines.definitions import make_definitions
 
     return make_definitions(data_root).resolve_job_def(job_name)
+
+
+def _reconstructable_job(data_root: str, job_name: str):
+    """The job as a recipe another process can rebuild (`round_job_def(data_root, job_name)`): what Dagster needs
+    to run its steps in other processes (the multiprocess, Celery and Kubernetes executors)."""
+    return dg.build_reconstructable_job(
+        "pipelines.round_runner", "round_job_def", reconstructable_args=(data_root, job_name)
+    )
 
 
 def execute_partition(
@@ -41,14 +52,20 @@ def execute_partition(
     from creditline.liveness import this_process
 
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING" if debug else "CRITICAL"}}}}
+    tags = {**(tags or {}), PROCESS_TAG: str(this_process())}
     with _interrupt_signals() as seen:
-        result = round_job_def(data_root, job_name).execute_in_process(
-            instance=instance,
-            partition_key=partition_key,
-            run_config=quiet,
-            raise_on_error=False,
-            tags={**(tags or {}), PROCESS_TAG: str(this_process())},
-        )
+        if load_deployment().dagster.executor == "in_process":
+            result = round_job_def(data_root, job_name).execute_in_process(
+                instance=instance,
+                partition_key=partition_key,
+                run_config=quiet,
+                raise_on_error=False,
+                tags=tags,
+            )
+        else:  # the deployment's executor runs the steps in processes of their own
+            with dg.execute_job(_reconstructable_job(data_root, job_name), instance, run_config=quiet, tags=tags,
+                                raise_on_error=False, partition_key=partition_key) as executed:  # fmt: skip
+                result = executed
     if seen:
         raise RoundInterrupted(result.run_id)
     return result

@@ -1,7 +1,20 @@
 """Dagster resources: thin adapters that give assets the core's store, tracker and engines."""
 
+from creditline.deployment import Deployment, load_deployment
 from resources.engine import EngineResource
 from resources.lineage import LineageResource, default_data_root
 from resources.tracker import TrackerResource
 
-__all__ = ["EngineResource", "LineageResource", "TrackerResource", "default_data_root"]
+
+def deployed_resources(data_root: str, deployment: Deployment | None = None) -> dict:
+    """The resources of `data_root` under `deployment` (default: `$CREDITLINE_DEPLOYMENT`'s, else local):
+    the one place where a deployment's stores reach the assets, the CLI and the reaper."""
+    deployment = deployment or load_deployment()
+    return {
+        "lineage": LineageResource(data_root=data_root, catalog=deployment.catalog),
+        "tracker": TrackerResource(data_root=data_root, tracking_uri=deployment.tracking_uri),
+        "engine": EngineResource(),
+    }
+
+
+__all__ = ["EngineResource", "LineageResource", "TrackerResource", "default_data_root", "deployed_resources"]

@@ -1,7 +1,9 @@
 """`EngineResource`: loads the generation engine an experiment asks for, on this deployment's device.
 
 The experiment config chooses the engine kind ("torch" or "vllm") and the device; a deployment can
-override the device (e.g. run the same experiment on `cuda` on a GPU node) without editing the config.
+override the device (e.g. run the same experiment on `cuda` on a GPU node) without editing the config,
+and choose how many processes train a round (`train_processes`): the update is the same on any number
+(`creditline.distributed`), so it is a property of the machine, not of the experiment or its hash.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from creditline.engines import Engine, make_engine
 class EngineResource(dg.ConfigurableResource):
     device_override: str = ""
     """Empty: use the experiment's `rollouts.device`."""
+    train_processes: int = 1
+    """Training processes per node under torchrun (`creditline.train_worker`, one GPU each on CUDA); 1 trains
+    in the asset's own process."""
 
     def load(
         self, checkpoint: str | Path, settings: RolloutSettings, content_hash: str | None = None

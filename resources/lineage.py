@@ -2,7 +2,8 @@
 
 Layout under the data root:
 
-    <data_root>/lineage.duckdb                         the catalog (creditline.store.LineageStore)
+    <data_root>/lineage.duckdb                         the catalog (creditline.store.LineageStore), unless the
+                                                       deployment puts it on Postgres (`catalog`)
     <data_root>/<experiment>/r000/policy/              the initial policy (built-in, or a copy's path is recorded)
     <data_root>/<experiment>/rNNN/<table>.parquet      round N's tables
     <data_root>/<experiment>/rNNN/policy/              round N's checkpoint
@@ -31,7 +32,7 @@ PROCESS_TAG = "creditline/process"
 
 
 @functools.lru_cache(maxsize=16)
-def _store_at(path: Path) -> LineageStore:
+def _store_at(path: str) -> LineageStore:
     """One store object per catalog file and process: its schema is created once, not per call.
 
     Nothing is created until the first query (so a read-only command on a mistyped root creates nothing).
@@ -46,6 +47,8 @@ def default_data_root() -> str:
 
 class LineageResource(dg.ConfigurableResource):
     data_root: str
+    catalog: str = ""
+    """A `postgresql://` URI (the server profile's `[lineage] catalog`); empty: `<data_root>/lineage.duckdb`."""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Name this process as the run's worker, so that a killed worker can be told from a slow one."""
@@ -57,8 +60,12 @@ class LineageResource(dg.ConfigurableResource):
     def root(self) -> Path:
         return Path(self.data_root)
 
+    @property
+    def catalog_target(self) -> str:
+        return self.catalog or str(self.root / CATALOG)
+
     def store(self) -> LineageStore:
-        return _store_at(self.root / CATALOG)
+        return _store_at(self.catalog_target)
 
     def round_dir(self, experiment: str, round_: int) -> Path:
         return self.root / experiment / f"r{round_:03d}"
@@ -76,11 +83,11 @@ class LineageResource(dg.ConfigurableResource):
 
     def experiment(self, name: str) -> ExperimentConfig:
         """The registered config of `name` (read once per process: a registered config never changes)."""
-        return _registered_config(self.root / CATALOG, name)
+        return _registered_config(self.catalog_target, name)
 
 
 @functools.lru_cache(maxsize=64)
-def _registered_config(catalog: Path, name: str) -> ExperimentConfig:
+def _registered_config(catalog: str, name: str) -> ExperimentConfig:
     """A failed lookup is not cached: an experiment registered later is found."""
     stored = _store_at(catalog).experiment_config(name)
     if stored is None:

@@ -18,3 +18,24 @@ def tiny_policy_dir(tmp_path_factory):
 @pytest.fixture()
 def tiny_policy(tiny_policy_dir):
     return load_policy(tiny_policy_dir)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One Postgres server for the session (tests/servers.py); a test takes a fresh database of it."""
+    from tests.servers import ServerUnavailable, postgres_server
+
+    try:
+        with postgres_server() as server:
+            yield server
+    except ServerUnavailable as error:
+        pytest.skip(f"Postgres could not start: {error}")
+
+
+_DATABASES = iter(range(1_000_000))
+
+
+@pytest.fixture()
+def postgres_catalog(postgres) -> str:
+    """The URI of a new, empty Postgres database for one test's lineage catalog."""
+    return postgres.create_database(f"catalog_{next(_DATABASES)}")

@@ -1,4 +1,10 @@
-"""Short DuckDB connections that wait politely for the file lock.
+"""Short DuckDB connections to the lineage catalog: a local file, or a Postgres database.
+
+A catalog target is a DuckDB file path (the local profile), or a ``postgresql://`` URI (the server profile,
+docs/deployment.md): DuckDB then attaches that database through its postgres extension, shipped as a PyPI
+package (nothing is downloaded at run time), and the same SQL runs on Postgres tables in Postgres
+transactions, so several processes and machines write lineage at once.
+
 
 DuckDB allows one writing process per database file: while a process holds the file open, another
 process's ``connect`` fails with ``IOException: Could not set lock on file ...``. Dagster runs each step
@@ -14,11 +20,14 @@ inside one process (``TransactionException``) are retried the same way: the whol
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import duckdb
@@ -40,8 +49,69 @@ class RetryPolicy:
     """Ceiling on a single pause, so a lock released late is noticed within half a second."""
 
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+_POSTGRES_CONFLICTS = (
+    "could not serialize access",  # 40001: a concurrent transaction changed the rows this one read
+    "deadlock detected",  # 40P01
+    "duplicate key value violates unique constraint",  # 23505: two upserts of one new key at once
+)
+"""Postgres errors that mean "another writer got there first": the whole transaction is retried, and
+then sees the other's row."""
+
+
+def is_postgres(target: str) -> bool:
+    """True when the catalog ``target`` names a Postgres database rather than a DuckDB file."""
+    return target.startswith(POSTGRES_SCHEMES)
+
+
+def open_catalog(target: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection whose default catalog is ``target``: the file itself, or Postgres attached as ``lineage``.
+
+    A file is opened afresh each time (its lock must be released between transactions). Postgres needs no
+    such care, and attaching it costs ~130 ms, so each process attaches it once and hands out cursors
+    (~1 ms): connections to the same in-memory DuckDB, each with its own transaction and Postgres session.
+    """
+    if not is_postgres(target):
+        return duckdb.connect(target)
+    con = _attached(target, os.getpid()).cursor()
+    con.execute("USE lineage")
+    return con
+
+
+@functools.lru_cache(maxsize=8)
+def _attached(target: str, pid: int) -> duckdb.DuckDBPyConnection:
+    """This process's DuckDB with Postgres ``target`` attached (keyed by pid: a forked child attaches anew)."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"LOAD '{_postgres_extension()}'")
+        quoted = target.replace("'", "''")  # ATTACH takes no parameters: a quoted literal
+        con.execute(f"ATTACH '{quoted}' AS lineage (TYPE postgres)")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _postgres_extension() -> str:
+    """The postgres extension's file from the `duckdb-extension-postgres-scanner` package (the `server` extra)."""
+    try:
+        import duckdb_extension_postgres_scanner as package
+    except ImportError as error:
+        raise ImportError(
+            "a postgresql:// lineage catalog needs DuckDB's postgres extension: pip install 'creditline[server]'"
+        ) from error
+    version = duckdb.__version__
+    path = Path(package.__file__).parent / "extensions" / f"v{version}" / "postgres_scanner.duckdb_extension"
+    if not path.exists():
+        raise ImportError(f"duckdb-extension-postgres-scanner has no build for DuckDB {version} ({path})")
+    return path.as_posix()
+
+
 def is_lock_error(error: BaseException) -> bool:
     """True for errors that mean "someone else holds the database right now": worth retrying."""
+    if any(conflict in str(error) for conflict in _POSTGRES_CONFLICTS):
+        return True
     if isinstance(error, duckdb.IOException):
         return "lock" in str(error).lower()
     if isinstance(error, duckdb.Error) and "unique file handle conflict" in str(error).lower():
@@ -64,7 +134,7 @@ _THREADS = threading.RLock()
 
 
 def _attempt(path: str, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-    with _THREADS, duckdb.connect(path) as con:
+    with _THREADS, open_catalog(path) as con:
         return run_in_transaction(con, work)
 
 
@@ -88,7 +158,7 @@ def held_connection(path: str, policy: RetryPolicy) -> Iterator[duckdb.DuckDBPyC
     lineage reads, or its records, never the work between them. This thread holds the process's turn.
     """
     with _THREADS:
-        con = _with_retry(path, lambda: duckdb.connect(path), policy)
+        con = _with_retry(path, lambda: open_catalog(path), policy)
         _HELD.paths = [*getattr(_HELD, "paths", []), path]
         try:
             yield con

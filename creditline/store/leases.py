@@ -82,11 +82,16 @@ def renew_lease(store: LineageStore, lease: Lease) -> bool:
     """Refresh the heartbeat; False if the lease is no longer ours (it was taken over)."""
 
     def work(con: duckdb.DuckDBPyConnection) -> bool:
-        row = con.execute(
-            "UPDATE leases SET heartbeat_at = ? WHERE experiment = ? AND holder = ? RETURNING holder",
-            [_now(), lease.experiment, str(lease.holder)],
-        ).fetchone()
-        return row is not None
+        ours = con.execute(  # no UPDATE ... RETURNING: DuckDB's postgres tables do not support it
+            "SELECT count(*) FROM leases WHERE experiment = ? AND holder = ?",
+            [lease.experiment, str(lease.holder)],
+        ).fetchone()[0]
+        if ours:
+            con.execute(
+                "UPDATE leases SET heartbeat_at = ? WHERE experiment = ? AND holder = ?",
+                [_now(), lease.experiment, str(lease.holder)],
+            )
+        return bool(ours)
 
     return store.transaction(work)
 

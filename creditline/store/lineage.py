@@ -30,7 +30,13 @@ from typing import Any, TypeVar
 import duckdb
 
 from creditline.faults import failpoint
-from creditline.store.connection import RetryPolicy, held_connection, run_in_transaction, run_transaction
+from creditline.store.connection import (
+    RetryPolicy,
+    held_connection,
+    is_postgres,
+    run_in_transaction,
+    run_transaction,
+)
 from creditline.store.errors import ExperimentConfigMismatch
 from creditline.store.files import (
     canonical_json,
@@ -126,7 +132,7 @@ def _rebuild_edges(con: duckdb.DuckDBPyConnection, hashes: list[str]) -> None:
 
 
 class LineageStore:
-    """The DuckDB lineage catalog at ``path`` (created with its schema on first use)."""
+    """The lineage catalog at ``path``, a DuckDB file or a ``postgresql://`` URI (created with its schema on first use)."""
 
     def __init__(self, path: str | os.PathLike[str], retry: RetryPolicy | None = None) -> None:
         self.path = str(path)
@@ -146,7 +152,7 @@ class LineageStore:
                 create_schema(con)
             return work(con)
 
-        if needs_schema:
+        if needs_schema and not is_postgres(self.path):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         held = getattr(self._session, "con", None)
         if held is not None:
@@ -167,7 +173,8 @@ class LineageStore:
         if getattr(self._session, "con", None) is not None:
             yield self
             return
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if not is_postgres(self.path):
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with held_connection(self.path, self.retry) as con:
             self._session.con = con
             try:

@@ -141,11 +141,12 @@ def _add_declared_parents(con: duckdb.DuckDBPyConnection) -> None:
     ``verify`` compares it with the ``lineage`` edges to notice a deleted or added edge. A catalog made
     before the column existed gets it once, backfilled from its edges (then the only record of the
     parents); the presence check keeps the backfill from ever running again, and stands in for
-    ``ADD COLUMN IF NOT EXISTS``, which DuckDB refuses for a NOT NULL column.
+    ``ADD COLUMN IF NOT EXISTS``. The added column has no NOT NULL (DuckDB cannot add a column with a
+    constraint); its default fills the old rows and every writer sets it.
     """
     if _has_column(con, "artifacts", "parents_json"):
         return
-    con.execute("ALTER TABLE artifacts ADD COLUMN parents_json VARCHAR NOT NULL DEFAULT '[]'")
+    con.execute("ALTER TABLE artifacts ADD COLUMN parents_json VARCHAR DEFAULT '[]'")
     con.execute(
         """
         UPDATE artifacts SET parents_json = declared.parents_json

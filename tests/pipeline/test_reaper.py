@@ -5,9 +5,10 @@ import time
 
 import dagster as dg
 
+from creditline.deployment import DagsterSettings
 from creditline.liveness import ProcessId, hostname, this_process
 from pipelines.definitions import ROUND_JOB, make_definitions
-from pipelines.instance import DAGSTER_YAML, dagster_home
+from pipelines.instance import dagster_home, dagster_yaml
 from pipelines.reaper import PROCESS_TAG, REAPED_TAG, pool_holders, reap_dead_runs
 from pipelines.run_launcher import CreditlineRunLauncher
 
@@ -67,7 +68,7 @@ def test_the_instance_monitors_runs_with_our_launcher(tmp_path):
     old = "# Written by creditline (pipelines/instance.py). an older version\nconcurrency: {}\n"
     (home / "dagster.yaml").write_text(old)
     dagster_home(tmp_path)
-    assert (home / "dagster.yaml").read_text() == DAGSTER_YAML  # ours, rewritten
+    assert (home / "dagster.yaml").read_text() == dagster_yaml(DagsterSettings())  # ours, rewritten
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     dagster_home(tmp_path)
     assert (home / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"  # the user's, kept

@@ -3,7 +3,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
@@ -14,15 +13,20 @@ from creditline.store import (
     hash_directory,
     write_parquet_atomic,
 )
+from creditline.store.connection import open_catalog
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> LineageStore:
+@pytest.fixture(params=["duckdb", "postgres"])
+def store(request, tmp_path: Path) -> LineageStore:
+    """The catalog as a DuckDB file (local profile) and as a Postgres database (server profile): every test
+    that takes this fixture runs against both."""
+    if request.param == "postgres":
+        return LineageStore(request.getfixturevalue("postgres_catalog"))
     return LineageStore(tmp_path / "catalog" / "lineage.duckdb")
 
 
 def _sql(store: LineageStore, statement: str, params: list | None = None) -> list:
-    with duckdb.connect(store.path) as con:
+    with open_catalog(store.path) as con:
         cursor = con.execute(statement, params or [])
         return cursor.fetchall() if cursor.description else []
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
@@ -19,10 +18,11 @@ from creditline.store import (
     hash_directory,
     write_parquet_atomic,
 )
+from creditline.store.connection import open_catalog
 
 
 def _count(store: LineageStore, table: str) -> int:
-    with duckdb.connect(store.path) as con:
+    with open_catalog(store.path) as con:
         row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
     assert row is not None
     return int(row[0])

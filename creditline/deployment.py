@@ -1,0 +1,137 @@
+"""Where a deployment's stores live and how its steps run: one TOML, chosen by `$CREDITLINE_DEPLOYMENT`.
+
+Without the variable the deployment is the local profile: every store is a file under the data root
+(DuckDB catalog, MLflow sqlite, the Dagster instance's sqlite), steps run in the launching process, one GPU.
+A deployment file switches them to servers users already run (docs/deployment.md), without touching an
+experiment's config, so the same experiment gives the same rounds on either:
+
+    [dagster]
+    postgres_url = "postgresql://creditline@db:5432/dagster"   # the instance's runs, events, schedules
+    executor = "multiprocess"                                   # in_process | multiprocess | celery | k8s
+    max_concurrent = 4                                          # multiprocess: steps at once
+    gpus = 2                                                    # the "gpu" pool's size
+
+    [lineage]
+    catalog = "postgresql://creditline@db:5432/lineage"          # DuckDB attaches it (postgres extension)
+
+    [tracking]
+    uri = "http://mlflow:5000"
+
+    [training]
+    processes = 2                                               # torchrun ranks per training step
+
+Every field is optional. A typo or a value of the wrong type is refused naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DEPLOYMENT_ENV = "CREDITLINE_DEPLOYMENT"
+EXECUTORS = ("in_process", "multiprocess", "celery", "k8s")
+
+
+@dataclass(frozen=True)
+class DagsterSettings:
+    postgres_url: str = ""
+    """The Dagster instance's storage (runs, event log, schedules) on Postgres; empty: sqlite files in DAGSTER_HOME."""
+    executor: str = "in_process"
+    """How a run's steps execute: in the run's process, one process each, Celery workers or Kubernetes jobs."""
+    max_concurrent: int = 0
+    """multiprocess: steps running at once; 0: one per CPU."""
+    gpus: int = 1
+    """Size of the "gpu" pool (rollouts, reward model, training, evaluation): the GPUs steps may share at once."""
+    max_concurrent_runs: int = 4
+    """Runs the instance's run queue lets start at once."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    source: str = "local"
+    """The deployment file this was read from, or "local"."""
+    dagster: DagsterSettings = field(default_factory=DagsterSettings)
+    catalog: str = ""
+    """[lineage] catalog: a `postgresql://` URI; empty: `<data_root>/lineage.duckdb`."""
+    tracking_uri: str = ""
+    """[tracking] uri: an MLflow tracking server; empty: `sqlite:///<data_root>/mlflow.db`."""
+    train_processes: int = 1
+    """[training] processes: torchrun ranks that train one checkpoint; 1 trains in the step's own process."""
+
+    @property
+    def profile(self) -> str:
+        return "local" if self.source == "local" else "server"
+
+
+class DeploymentError(ValueError):
+    """A deployment file that cannot be used: names the file and the field."""
+
+
+_SECTIONS: dict[str, dict[str, str]] = {
+    "dagster": {f.name: f.name for f in fields(DagsterSettings)},
+    "lineage": {"catalog": "catalog"},
+    "tracking": {"uri": "tracking_uri"},
+    "training": {"processes": "train_processes"},
+}
+
+
+def load_deployment(path: str | os.PathLike[str] | None = None) -> Deployment:
+    """The deployment in `path`, else in `$CREDITLINE_DEPLOYMENT`, else the local profile."""
+    path = path or os.environ.get(DEPLOYMENT_ENV)
+    if not path:
+        return Deployment()
+    source = str(Path(path).resolve())
+    try:
+        raw = tomllib.loads(Path(source).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise DeploymentError(f"deployment {source}: cannot be read: {error}") from error
+    values: dict[str, Any] = {}
+    dagster: dict[str, Any] = {}
+    for section, body in raw.items():
+        if section not in _SECTIONS or not isinstance(body, dict):
+            raise DeploymentError(f"deployment {source}: unknown section [{section}] "
+                                  f"(known: {', '.join(f'[{s}]' for s in _SECTIONS)})")  # fmt: skip
+        for key, value in body.items():
+            if key not in _SECTIONS[section]:
+                raise DeploymentError(f"deployment {source}: [{section}] has no field {key!r} "
+                                      f"(known: {', '.join(_SECTIONS[section])})")  # fmt: skip
+            (dagster if section == "dagster" else values)[_SECTIONS[section][key]] = value
+    deployment = Deployment(source=source, dagster=DagsterSettings(**dagster), **values)
+    _check(deployment)
+    return deployment
+
+
+def _check(deployment: Deployment) -> None:
+    def fail(where: str, problem: str) -> None:
+        raise DeploymentError(f"deployment {deployment.source}: {where} {problem}")
+
+    for where, value in (("[dagster] postgres_url", deployment.dagster.postgres_url),
+                         ("[dagster] executor", deployment.dagster.executor),
+                         ("[lineage] catalog", deployment.catalog), ("[tracking] uri", deployment.tracking_uri)):  # fmt: skip
+        if not isinstance(value, str):
+            fail(where, f"must be a string, not {value!r}")
+    for where, value, low in (("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
+                              ("[dagster] gpus", deployment.dagster.gpus, 1),
+                              ("[dagster] max_concurrent_runs", deployment.dagster.max_concurrent_runs, 1),
+                              ("[training] processes", deployment.train_processes, 1)):  # fmt: skip
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            fail(where, f"must be a whole number ≥ {low}, not {value!r}")
+    if deployment.dagster.executor not in EXECUTORS:
+        fail("[dagster] executor", f"{deployment.dagster.executor!r} is not one of {', '.join(EXECUTORS)}")
+    for where, url in (("[dagster] postgres_url", deployment.dagster.postgres_url),
+                       ("[lineage] catalog", deployment.catalog)):  # fmt: skip
+        if url and not url.startswith(("postgresql://", "postgres://")):
+            fail(where, f"must be a postgresql:// URI, not {redact(url)!r}")
+
+
+def redact(uri: str) -> str:
+    """`uri` with any password replaced by ***, for messages and logs."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or "@" not in rest:
+        return uri
+    credentials, at, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}{':***' if ':' in credentials else ''}@{host}"

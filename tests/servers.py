@@ -1,0 +1,165 @@
+"""Real servers for the tests, started on 127.0.0.1 by the tests themselves and stopped by PID.
+
+- Postgres from Debian's `postgresql` package (`make test` installs it): a throwaway cluster (initdb, trust
+  authentication, fsync off), run as the `postgres` user when the tests run as root (Postgres refuses root).
+- An MLflow tracking server (`mlflow server`) with its runs in one of that cluster's databases.
+
+A server that cannot start raises `ServerUnavailable` with the reason; the fixtures turn it into a skip that
+says why, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ServerUnavailable(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _wait(ready, what: str, process: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerUnavailable(f"{what} exited with {process.returncode}: {log.read_text()[-500:]}")
+        if ready():
+            return
+        time.sleep(0.2)
+    _stop(process)
+    raise ServerUnavailable(f"{what} did not answer within {timeout_s:.0f} s: {log.read_text()[-500:]}")
+
+
+@dataclass
+class Postgres:
+    port: int
+    user: str = "postgres"
+
+    def uri(self, database: str = "postgres") -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """A new empty database; its URI."""
+        import psycopg2
+
+        con = psycopg2.connect(self.uri(), connect_timeout=5)
+        con.autocommit = True
+        with con.cursor() as cursor:
+            cursor.execute(f'CREATE DATABASE "{name}"')
+        con.close()
+        return self.uri(name)
+
+
+def _postgres_bin() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        raise ServerUnavailable("no Postgres server: apt-get install postgresql (`make test` does)")
+    return Path(found[-1]).parent
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[Postgres]:
+    bin_dir = _postgres_bin()
+    as_root = os.geteuid() == 0
+    owner = pwd.getpwnam("postgres") if as_root else None
+    base = Path(tempfile.mkdtemp(prefix="creditline-pg-"))
+    os.chmod(base, 0o755)
+    if owner is not None:
+        os.chown(base, owner.pw_uid, owner.pw_gid)
+
+    def as_owner() -> None:
+        os.setsid()
+        if owner is not None:
+            os.setgid(owner.pw_gid)
+            os.setuid(owner.pw_uid)
+
+    data, log = base / "data", base / "server.log"
+    init = subprocess.run([bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
+                          preexec_fn=as_owner, capture_output=True, text=True)  # fmt: skip
+    if init.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        raise ServerUnavailable(f"initdb failed: {init.stderr.strip()[-300:]}")
+    port = free_port()
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [bin_dir / "postgres", "-D", data, "-p", str(port), "-c", "listen_addresses=127.0.0.1",
+             "-c", f"unix_socket_directories={base}", "-c", "fsync=off", "-c", "synchronous_commit=off",
+             "-c", "full_page_writes=off", "-c", "max_connections=300"],
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=as_owner,
+        )  # fmt: skip
+    server = Postgres(port)
+    try:
+        _wait(lambda: _accepts(server), "postgres", process, log, 30)
+        yield server
+    finally:
+        _stop(process, signal.SIGINT)  # "fast" shutdown
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _accepts(server: Postgres) -> bool:
+    import psycopg2
+
+    try:
+        psycopg2.connect(server.uri(), connect_timeout=2).close()
+    except psycopg2.OperationalError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def mlflow_server(backend_uri: str, artifacts: Path) -> Iterator[str]:
+    """`mlflow server` on a free port, its runs in `backend_uri`; yields its http:// URI."""
+    port = free_port()
+    log = artifacts.parent / f"mlflow-{port}.log"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    mlflow = Path(sys.executable).parent / "mlflow"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+             "--backend-store-uri", backend_uri, "--artifacts-destination", artifacts.as_uri()],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        _wait(lambda: _answers(f"{uri}/health"), "mlflow server", process, log, 90)
+        yield uri
+    finally:
+        _stop(process)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
