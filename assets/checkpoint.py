@@ -1,5 +1,13 @@
-"""`checkpoint`: the policy trained on this round's advantages, saved as a HF checkpoint folder."""
+"""`checkpoint`: the policy trained on this round's advantages, saved as a HF checkpoint folder.
 
+With the deployment's `EngineResource.train_processes` = W > 1, the update runs under torchrun on W ranks
+(`creditline.train_worker`, launched through Dagster Pipes); it writes the same checkpoint folder and sends
+back the same metrics, and everything else here (lineage records, failpoints) is the same.
+"""
+
+import json
+import sys
+import tempfile
 from pathlib import Path
 
 import dagster as dg
@@ -19,10 +27,11 @@ from assets.persist import (
 from creditline.engines import release_generation_memory
 from creditline.faults import failpoint
 from creditline.lineage_chain import parent_checkpoint, parent_record, verify_checkpoint
-from creditline.policy import load_optimizer_state, load_policy, save_policy
+from creditline.policy import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
 from creditline.round import train_policy
 from creditline.store import ArtifactRecord, hashed_folder, read_parquet
-from resources import LineageResource, TrackerResource
+from creditline.train_worker import torchrun_command
+from resources import EngineResource, LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
 
@@ -35,7 +44,12 @@ VERSION = code_version(__name__)
     pool="gpu",
     description="The parent checkpoint after the clipped policy-gradient update on this round's advantages.",
 )
-def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
+def checkpoint(
+    context: dg.AssetExecutionContext,
+    lineage: LineageResource,
+    tracker: TrackerResource,
+    engine: EngineResource,
+):
     experiment, round_ = parse_round_key(context.partition_key)
     config = lineage.experiment(experiment)
     store = lineage.store()
@@ -64,7 +78,12 @@ def checkpoint(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         verify_checkpoint(parent)
         reference = parent_checkpoint(store, experiment, 1) if config.train.kl_coef > 0 else None
         steps, advantages = read_checked(steps_record), read_checked(advantages_record)
-        folder, metrics = _train(lineage, config, steps, advantages, parent, reference, round_)
+        if engine.train_processes == 1:
+            folder, metrics = _train(lineage, config, steps, advantages, parent, reference, round_)
+        else:
+            inputs = (steps_record.path, advantages_record.path)
+            folder, metrics = _train_under_torchrun(context, engine.train_processes, lineage, config, inputs,
+                                                    parent, reference, round_)  # fmt: skip
         content_hash, on_disk = hashed_folder(folder)  # the folder's one full hash
         meta = {"estimator": config.advantages.estimator, "params_hash": str(advantages["params_hash"].iloc[0]),
                 "rubric_version": str(advantages["rubric_version"].iloc[0]), **on_disk}  # fmt: skip
@@ -104,3 +123,26 @@ def _train(lineage, config, steps, advantages, parent, reference, round_) -> tup
     )  # fmt: skip
     folder = save_policy(model, tokenizer, lineage.checkpoint_dir(config.name, round_), optimizer_state)
     return folder, metrics
+
+
+def _train_under_torchrun(
+    context, processes, lineage, config, inputs, parent, reference, round_
+) -> tuple[Path, list[dict]]:
+    """`_train` on `processes` ranks: `creditline.train_worker` under torchrun, launched through Pipes.
+
+    The workers read the recorded (and just checked) tables and the parent folder themselves; rank 0 writes
+    the same checkpoint folder `_train` would and sends the per-update metrics back as a Pipes message."""
+    release_generation_memory()
+    folder = lineage.checkpoint_dir(config.name, round_)
+    optimizer_state = Path(parent.path) / OPTIMIZER_FILE
+    with tempfile.TemporaryDirectory(prefix="creditline-train-") as tmp:
+        config_path = Path(tmp) / "config.json"
+        config_path.write_text(json.dumps(config.to_dict()))
+        command = torchrun_command(
+            sys.executable, processes, parent=parent.path, steps=inputs[0], advantages=inputs[1],
+            config=config_path, round_=round_, output=folder,
+            optimizer_state=optimizer_state if optimizer_state.exists() else None,
+            reference=reference.path if reference else None,
+        )  # fmt: skip
+        invocation = dg.PipesSubprocessClient().run(context=context, command=command)
+    return folder, invocation.get_custom_messages()[-1]["metrics"]

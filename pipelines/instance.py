@@ -43,12 +43,15 @@ telemetry:
 
 
 def dagster_yaml(settings: DagsterSettings) -> str:
-    """The instance's configuration under a deployment's Dagster settings (Postgres storage when it names one)."""
-    storage = (
-        f"storage:\n  postgres:\n    postgres_url: {json.dumps(settings.postgres_url)}\n"
-        if settings.postgres_url
-        else ""
+    """The instance's configuration under a deployment's Dagster settings (Postgres storage when it names one).
+
+    dagster-postgres is written for psycopg2, while SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3:
+    the URL names the driver.
+    """
+    url = settings.postgres_url.replace("postgresql://", "postgresql+psycopg2://", 1).replace(
+        "postgres://", "postgresql+psycopg2://", 1
     )
+    storage = f"storage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n" if settings.postgres_url else ""
     return _DAGSTER_YAML.format(
         storage=storage, gpus=settings.gpus, max_concurrent_runs=settings.max_concurrent_runs
     )

@@ -13,7 +13,7 @@ def deployed_resources(data_root: str, deployment: Deployment | None = None) -> 
     return {
         "lineage": LineageResource(data_root=data_root, catalog=deployment.catalog),
         "tracker": TrackerResource(data_root=data_root, tracking_uri=deployment.tracking_uri),
-        "engine": EngineResource(),
+        "engine": EngineResource(train_processes=deployment.train_processes),
     }
 
 

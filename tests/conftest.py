@@ -23,13 +23,13 @@ def tiny_policy(tiny_policy_dir):
 @pytest.fixture(scope="session")
 def postgres():
     """One Postgres server for the session (tests/servers.py); a test takes a fresh database of it."""
-    from tests.servers import ServerUnavailable, postgres_server
+    from tests.servers import ServerUnavailable, postgres_server, unavailable
 
     try:
         with postgres_server() as server:
             yield server
     except ServerUnavailable as error:
-        pytest.skip(f"Postgres could not start: {error}")
+        unavailable(f"Postgres could not start: {error}")
 
 
 _DATABASES = iter(range(1_000_000))

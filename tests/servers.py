@@ -5,7 +5,8 @@
 - An MLflow tracking server (`mlflow server`) with its runs in one of that cluster's databases.
 
 A server that cannot start raises `ServerUnavailable` with the reason; the fixtures turn it into a skip that
-says why, never a silent pass.
+says why, never a silent pass, or, under `make test` (which installs the servers and sets
+`CREDITLINE_REQUIRE_SERVERS=1`), into a failure.
 """
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ from pathlib import Path
 
 class ServerUnavailable(RuntimeError):
     pass
+
+
+REQUIRE_ENV = "CREDITLINE_REQUIRE_SERVERS"
+
+
+def unavailable(reason: str) -> None:
+    """Skip the test saying why; fail it instead where the servers are required (`make test`)."""
+    import pytest
+
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{reason} (${REQUIRE_ENV}=1: the servers are required here)")
+    pytest.skip(reason)
 
 
 def free_port() -> int:

@@ -1,0 +1,120 @@
+"""Two experiments, two rounds each, at once, on the server profile: the Dagster instance, the lineage catalog
+and MLflow on real servers started here, every step in a process of its own (the multiprocess executor).
+
+What must hold with several writers on shared servers: every lineage row exactly once, every artifact's bytes
+matching its recorded hash, `verify` clean, the rounds' runs in the MLflow server and the Dagster runs in
+Postgres. A second run of a committed round changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from creditline.deployment import load_deployment
+from creditline.store import LineageStore, hash_path
+from creditline.store.rounds import round_commits
+
+pytestmark = pytest.mark.slow
+TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
+EXPERIMENTS = ("server-a", "server-b")
+ROUND_KINDS = {"episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation"}
+
+
+def creditline(data_root: Path, deployment: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root), "CREDITLINE_DEPLOYMENT": str(deployment)}
+    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def servers(postgres, tmp_path_factory):
+    from tests.servers import ServerUnavailable, mlflow_server, unavailable
+
+    base = tmp_path_factory.mktemp("server-profile")
+    dagster_url, catalog = postgres.create_database("dagster"), postgres.create_database("lineage")
+    try:
+        backend = postgres.create_database("mlflow").replace("postgresql://", "postgresql+psycopg2://")
+        with mlflow_server(backend, base / "mlflow-artifacts") as tracking:
+            deployment = base / "deployment.toml"
+            deployment.write_text(
+                f'[dagster]\npostgres_url = "{dagster_url}"\nexecutor = "multiprocess"\nmax_concurrent = 2\ngpus = 2\n'
+                f'[lineage]\ncatalog = "{catalog}"\n[tracking]\nuri = "{tracking}"\n'
+            )
+            yield base / "data", deployment
+    except ServerUnavailable as error:
+        unavailable(f"the MLflow server could not start: {error}")
+
+
+@pytest.fixture(scope="module")
+def finished(servers):
+    data_root, deployment = servers
+    runs = [creditline(data_root, deployment, "run", "--experiment", name, "--config", str(TINY))
+            for name in EXPERIMENTS]  # fmt: skip
+    outputs = [run.communicate(timeout=900) for run in runs]
+    for run, (stdout, stderr) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, stdout[-2000:] + stderr[-4000:]
+    return data_root, deployment, outputs
+
+
+def test_every_lineage_row_is_there_exactly_once_and_every_file_matches_its_hash(finished):
+    data_root, deployment, _ = finished
+    store = LineageStore(load_deployment(deployment).catalog)
+    for experiment in EXPERIMENTS:
+        for round_ in (1, 2):
+            records = store.artifacts(experiment, round_)
+            assert sorted(r.kind for r in records) == sorted(ROUND_KINDS)  # one each, none twice
+            for record in records:
+                assert record.path.startswith(str(data_root / experiment / f"r{round_:03d}"))
+                assert hash_path(record.path) == record.content_hash
+        assert sorted(round_commits(store, experiment)) == [1, 2]
+        assert store.verify(experiment) == []
+    duplicated = store.fetchall(
+        "SELECT child_hash, parent_hash, count(*) FROM lineage GROUP BY ALL HAVING count(*) > 1"
+    )
+    assert duplicated == []
+
+
+def test_verify_is_clean_through_the_cli(finished):
+    data_root, deployment, _ = finished
+    for experiment in EXPERIMENTS:
+        stdout, stderr = (
+            check := creditline(data_root, deployment, "verify", "--experiment", experiment)
+        ).communicate(timeout=300)
+        assert check.returncode == 0, stdout + stderr
+
+
+def test_the_rounds_are_runs_of_the_mlflow_server(finished):
+    import mlflow
+
+    _, deployment, _ = finished
+    client = mlflow.MlflowClient(tracking_uri=load_deployment(deployment).tracking_uri)
+    for experiment in EXPERIMENTS:
+        found = client.get_experiment_by_name(experiment)
+        assert found is not None
+        runs = client.search_runs([found.experiment_id])
+        assert len(runs) >= 2 and all(run.info.status == "FINISHED" for run in runs)
+
+
+def test_the_dagster_runs_are_in_postgres_and_ran_their_steps_in_other_processes(finished):
+    import dagster as dg
+    from dagster._core.storage.event_log.base import EventRecordsFilter
+
+    data_root, deployment, _ = finished
+    os.environ["CREDITLINE_DEPLOYMENT"] = str(deployment)
+    try:
+        from pipelines.instance import get_instance
+
+        instance = get_instance(data_root)
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        runs = instance.get_runs(dg.RunsFilter(job_name="round"))
+        assert len(runs) == 4 and all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
+        starts = instance.get_event_records(EventRecordsFilter(dg.DagsterEventType.STEP_START), limit=1000)
+        pids = {record.event_log_entry.dagster_event.pid for record in starts}
+        assert len(pids) > 4  # a process per step, not one per run
+    finally:
+        del os.environ["CREDITLINE_DEPLOYMENT"]
