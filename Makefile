@@ -15,7 +15,7 @@ DATA_ROOT ?= $(CURDIR)/creditline-data
 UI_PORT ?= 3000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test ui bench bench-learning bench-overhead bench-trainer bench-chat lint install install-test clean
+.PHONY: run test servers ui bench bench-learning bench-overhead bench-trainer bench-chat lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,8 +50,16 @@ run: install
 	$(BIN)/creditline run
 	$(BIN)/creditline report
 
-test: install-test
-	$(BIN)/python -m pytest -q --durations=10
+# The server the scale-out and store tests start themselves (tests/servers.py): Debian's Postgres, installed
+# once. moto (S3) and MLflow's server come with the test extras. Under `make test` the servers are required:
+# a test whose server cannot start fails instead of skipping.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+servers:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+
+test: install-test servers
+	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=10
 
 ui: install
 	$(BIN)/python -c "from pipelines.instance import dagster_home; dagster_home('$(DATA_ROOT)')"

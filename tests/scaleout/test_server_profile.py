@@ -52,13 +52,27 @@ def servers(postgres, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def finished(servers):
+    """Both experiments, and the first one a second time, all started at once."""
     data_root, deployment = servers
     runs = [creditline(data_root, deployment, "run", "--experiment", name, "--config", str(TINY))
-            for name in EXPERIMENTS]  # fmt: skip
+            for name in (*EXPERIMENTS, EXPERIMENTS[0])]  # fmt: skip
     outputs = [run.communicate(timeout=900) for run in runs]
-    for run, (stdout, stderr) in zip(runs, outputs, strict=True):
-        assert run.returncode == 0, stdout[-2000:] + stderr[-4000:]
-    return data_root, deployment, outputs
+    return (
+        data_root,
+        deployment,
+        [(run.returncode, *output) for run, output in zip(runs, outputs, strict=True)],
+    )
+
+
+def test_both_experiments_ran_and_the_same_experiment_twice_at_once_had_one_winner(finished):
+    """The experiment's lease is a row in the Postgres catalog: two `creditline run`s of one experiment race
+    for it in transactions, and exactly one runs the rounds; the other stops with one line, having written nothing."""
+    outcomes = finished[2]
+    assert outcomes[1][0] == 0, outcomes[1][1][-2000:] + outcomes[1][2][-4000:]
+    first, again = outcomes[0], outcomes[2]
+    assert sorted([first[0], again[0]]) == [0, 2], first[2][-3000:] + again[2][-3000:]
+    loser = first if first[0] == 2 else again
+    assert "is being run by another `creditline run`" in loser[2] and "Traceback" not in loser[2]
 
 
 def test_every_lineage_row_is_there_exactly_once_and_every_file_matches_its_hash(finished):
