@@ -56,3 +56,16 @@ def test_rescore_partitions_are_rounds_by_dynamic_rubric_versions():
     # dynamic, so an old rubric version stays a partition (pipelines/rubric_partitions.py adds the keys)
     assert isinstance(dimensions["rubric"], dg.DynamicPartitionsDefinition)
     assert dimensions["rubric"].name == "rubric_versions"
+
+
+def test_the_deployment_chooses_the_executor_and_the_instance_storage():
+    from creditline.deployment import DagsterSettings
+    from pipelines.definitions import executor_for
+    from pipelines.instance import dagster_yaml
+
+    assert executor_for(DagsterSettings()).name == "in_process"
+    multiprocess = executor_for(DagsterSettings(executor="multiprocess", max_concurrent=3))
+    assert multiprocess.name == "multiprocess"
+    server = dagster_yaml(DagsterSettings(postgres_url="postgresql://u:pw@db:5432/dagster", gpus=4))
+    assert 'postgres_url: "postgresql+psycopg2://u:pw@db:5432/dagster"' in server
+    assert "default_limit: 4" in server and "storage:" not in dagster_yaml(DagsterSettings())
