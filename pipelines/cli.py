@@ -607,13 +607,14 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from creditline.deployment import DeploymentError
     from creditline.lineage_chain import ParentCheckpointError
     from creditline.store import ExperimentConfigMismatch, StoreLockedError
+    from creditline.store.errors import CatalogTooNewError
     from creditline.store.leases import LeaseHeldError
     from pipelines.reachability import StoreUnreachable
     from schemas import TableValidationError
 
     return (UsageError, RoundStopped, ConfigError, ExperimentConfigMismatch, StoreLockedError, LeaseHeldError,
             ParentCheckpointError, TableValidationError, AdvantageInputError, DeploymentError,
-            StoreUnreachable)  # fmt: skip
+            StoreUnreachable, CatalogTooNewError)  # fmt: skip
 
 
 def _interrupt(signum, frame):

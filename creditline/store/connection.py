@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import duckdb
 
-from creditline.store.errors import StoreLockedError
+from creditline.store.errors import CatalogTooNewError, StoreLockedError
 
 T = TypeVar("T")
 
@@ -73,7 +73,12 @@ def open_catalog(target: str) -> duckdb.DuckDBPyConnection:
     (~1 ms): connections to the same in-memory DuckDB, each with its own transaction and Postgres session.
     """
     if not is_postgres(target):
-        return duckdb.connect(target)
+        try:
+            return duckdb.connect(target)
+        except duckdb.IOException as error:
+            if "created with an newer version" in str(error) or "newer version of DuckDB" in str(error):
+                raise CatalogTooNewError(target, duckdb.__version__) from None
+            raise
     con = _attached(target, os.getpid()).cursor()
     con.execute("USE lineage")
     return con
@@ -113,7 +118,7 @@ def is_lock_error(error: BaseException) -> bool:
     if any(conflict in str(error) for conflict in _POSTGRES_CONFLICTS):
         return True
     if isinstance(error, duckdb.IOException):
-        return "lock" in str(error).lower()
+        return "could not set lock" in str(error).lower()  # not "block" in a corrupt file's message
     if isinstance(error, duckdb.Error) and "unique file handle conflict" in str(error).lower():
         return True  # another thread of this process was attaching the same file at that instant
     return isinstance(error, duckdb.TransactionException) and "conflict" in str(error).lower()

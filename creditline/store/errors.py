@@ -31,3 +31,18 @@ class StoreLockedError(TimeoutError):
             f"lineage store {path} stayed locked for {waited_s:.1f} s ({attempts} attempts); "
             f"another process holds it open for writing. Last error: {last_error}"
         )
+
+
+class CatalogTooNewError(ValueError):
+    """The catalog file was written by a newer DuckDB than the one installed, which cannot read it.
+
+    creditline pinned DuckDB 2.0.0 until the server profile needed 1.5.5 (the newest with its extensions on
+    PyPI); a 2.0 file moves over with DuckDB's own export and import, as the message says.
+    """
+
+    def __init__(self, path: str, version: str) -> None:
+        super().__init__(
+            f"lineage catalog {path} was written by a newer DuckDB than this one ({version}); move it over: "
+            f"in a spare venv with duckdb==2.0.0 run EXPORT DATABASE 'catalog-export' (FORMAT parquet) on it, "
+            f"then IMPORT DATABASE 'catalog-export' into a new file with this DuckDB and put that file in its place"
+        )

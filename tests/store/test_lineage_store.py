@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pytest
 
@@ -18,7 +20,8 @@ from creditline.store import (
     hash_directory,
     write_parquet_atomic,
 )
-from creditline.store.connection import open_catalog
+from creditline.store.connection import RetryPolicy, open_catalog
+from creditline.store.errors import CatalogTooNewError
 
 
 def _count(store: LineageStore, table: str) -> int:
@@ -236,3 +239,33 @@ def test_verify_reports_changed_missing_and_dangling(store: LineageStore, tmp_pa
     assert by_kind["changed"].actual_hash == hash_directory(checkpoint)
     assert "trained_from" in by_kind["dangling"].detail
     assert store.verify("other-experiment") == []
+
+
+def test_a_catalog_from_a_newer_duckdb_is_refused_with_the_way_to_move_it(tmp_path: Path) -> None:
+    """creditline pinned DuckDB 2.0.0 before 1.5.5; 1.5.5 cannot read a file 2.0.0 wrote (its header says
+    storage version 999). tests/data/duckdb/ holds such a file, made by DuckDB 2.0.0 (connect, close): the
+    error names the file and how to export and import it, at once (it is not a lock to wait for)."""
+    old = tmp_path / "lineage.duckdb"
+    old.write_bytes(
+        (Path(__file__).parents[1] / "data" / "duckdb" / "written-by-duckdb-2.0.0.duckdb").read_bytes()
+    )
+    with pytest.raises(CatalogTooNewError) as info:
+        LineageStore(old, RetryPolicy(timeout_s=5)).experiments()
+    assert (
+        str(old) in str(info.value)
+        and "EXPORT DATABASE" in str(info.value)
+        and "IMPORT DATABASE" in str(info.value)
+    )
+
+
+def test_a_corrupt_catalog_is_an_error_at_once_not_a_lock_to_wait_for(tmp_path: Path) -> None:
+    """DuckDB's message for a bad checksum says "block", which once read as "lock": 30 s of retries."""
+    store = LineageStore(tmp_path / "lineage.duckdb", RetryPolicy(timeout_s=5))
+    store.register_experiment("exp", {"a": 1})
+    with open(store.path, "r+b") as fh:
+        fh.seek(12)
+        fh.write((65).to_bytes(8, "little"))  # the header no longer matches its checksum
+    start = time.monotonic()
+    with pytest.raises(duckdb.IOException, match="checksum"):
+        LineageStore(store.path, RetryPolicy(timeout_s=5)).experiments()
+    assert time.monotonic() - start < 2
