@@ -20,6 +20,10 @@ experiment's config, so the same experiment gives the same rounds on either:
     [training]
     processes = 2                                               # torchrun ranks per training step
 
+    [storage]
+    uri = "s3://bucket/creditline"                              # every artifact published here before its record
+    options = {endpoint_url = "http://minio:9000"}              # fsspec options; credentials from the environment
+
 Every field is optional. A typo or a value of the wrong type is refused naming the file and the field.
 """
 
@@ -60,6 +64,11 @@ class Deployment:
     """[tracking] uri: an MLflow tracking server; empty: `sqlite:///<data_root>/mlflow.db`."""
     train_processes: int = 1
     """[training] processes: torchrun ranks that train one checkpoint; 1 trains in the step's own process."""
+    storage_uri: str = ""
+    """[storage] uri: an fsspec URI every recorded artifact is published under (`creditline.store.objects`);
+    empty: the data root only."""
+    storage_options: dict = field(default_factory=dict)
+    """[storage] options: the filesystem's options (`endpoint_url` for an S3-compatible server)."""
 
     @property
     def profile(self) -> str:
@@ -75,6 +84,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "lineage": {"catalog": "catalog"},
     "tracking": {"uri": "tracking_uri"},
     "training": {"processes": "train_processes"},
+    "storage": {"uri": "storage_uri", "options": "storage_options"},
 }
 
 
@@ -110,7 +120,8 @@ def _check(deployment: Deployment) -> None:
 
     for where, value in (("[dagster] postgres_url", deployment.dagster.postgres_url),
                          ("[dagster] executor", deployment.dagster.executor),
-                         ("[lineage] catalog", deployment.catalog), ("[tracking] uri", deployment.tracking_uri)):  # fmt: skip
+                         ("[lineage] catalog", deployment.catalog), ("[tracking] uri", deployment.tracking_uri),
+                         ("[storage] uri", deployment.storage_uri)):  # fmt: skip
         if not isinstance(value, str):
             fail(where, f"must be a string, not {value!r}")
     for where, value, low in (("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
@@ -119,6 +130,8 @@ def _check(deployment: Deployment) -> None:
                               ("[training] processes", deployment.train_processes, 1)):  # fmt: skip
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             fail(where, f"must be a whole number ≥ {low}, not {value!r}")
+    if not isinstance(deployment.storage_options, dict):
+        fail("[storage] options", f"must be a table, not {deployment.storage_options!r}")
     if deployment.dagster.executor not in EXECUTORS:
         fail("[dagster] executor", f"{deployment.dagster.executor!r} is not one of {', '.join(EXECUTORS)}")
     for where, url in (("[dagster] postgres_url", deployment.dagster.postgres_url),

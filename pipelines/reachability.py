@@ -31,6 +31,8 @@ def check_reachable(deployment: Deployment) -> None:
             _postgres(deployment, setting, uri)
     if deployment.tracking_uri.startswith(("http://", "https://")):
         _mlflow(deployment, deployment.tracking_uri)
+    if deployment.storage_uri:
+        _storage(deployment)
 
 
 def _postgres(deployment: Deployment, setting: str, uri: str) -> None:
@@ -49,3 +51,29 @@ def _mlflow(deployment: Deployment, uri: str) -> None:
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise StoreUnreachable(deployment, "[tracking] uri", uri, str(reason)) from None
+
+
+def _storage(deployment: Deployment) -> None:
+    """List the storage prefix in a thread with a deadline: an S3 client retries an endpoint that does not
+    answer for much longer than a person waits."""
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Timeout
+
+    from creditline.store.objects import ObjectStore
+
+    objects = ObjectStore(deployment.storage_uri, "", deployment.storage_options)
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        pool.submit(
+            lambda: objects.filesystem().ls(deployment.storage_uri.split("://", 1)[-1].split("/", 1)[0])
+        ).result(timeout=2 * TIMEOUT_S)
+    except Timeout:
+        raise StoreUnreachable(
+            deployment, "[storage] uri", deployment.storage_uri, f"no answer within {2 * TIMEOUT_S} s"
+        ) from None
+    except Exception as error:  # the filesystem's own errors: no such bucket, refused, denied
+        raise StoreUnreachable(
+            deployment, "[storage] uri", deployment.storage_uri, str(error) or type(error).__name__
+        ) from None
+    finally:
+        pool.shutdown(wait=False)

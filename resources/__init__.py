@@ -1,5 +1,7 @@
 """Dagster resources: thin adapters that give assets the core's store, tracker and engines."""
 
+import json
+
 from creditline.deployment import Deployment, load_deployment
 from resources.engine import EngineResource
 from resources.lineage import LineageResource, default_data_root
@@ -11,7 +13,12 @@ def deployed_resources(data_root: str, deployment: Deployment | None = None) -> 
     the one place where a deployment's stores reach the assets, the CLI and the reaper."""
     deployment = deployment or load_deployment()
     return {
-        "lineage": LineageResource(data_root=data_root, catalog=deployment.catalog),
+        "lineage": LineageResource(
+            data_root=data_root,
+            catalog=deployment.catalog,
+            storage_uri=deployment.storage_uri,
+            storage_options_json=json.dumps(deployment.storage_options, sort_keys=True),
+        ),  # fmt: skip
         "tracker": TrackerResource(data_root=data_root, tracking_uri=deployment.tracking_uri),
         "engine": EngineResource(train_processes=deployment.train_processes),
     }

@@ -16,6 +16,7 @@ follows from (experiment, round, table, variant) alone.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import dagster as dg
 from creditline.config import ExperimentConfig, from_dict
 from creditline.liveness import this_process
 from creditline.store import LineageStore
+from creditline.store.objects import ObjectStore
 
 DATA_ROOT_ENV = "CREDITLINE_DATA_ROOT"
 CATALOG = "lineage.duckdb"
@@ -32,12 +34,13 @@ PROCESS_TAG = "creditline/process"
 
 
 @functools.lru_cache(maxsize=16)
-def _store_at(path: str) -> LineageStore:
+def _store_at(path: str, storage: tuple[str, str, str] | None = None) -> LineageStore:
     """One store object per catalog file and process: its schema is created once, not per call.
 
     Nothing is created until the first query (so a read-only command on a mistyped root creates nothing).
     """
-    return LineageStore(path)
+    objects = None if storage is None else ObjectStore(storage[0], storage[1], json.loads(storage[2]))
+    return LineageStore(path, objects=objects)
 
 
 def default_data_root() -> str:
@@ -49,6 +52,10 @@ class LineageResource(dg.ConfigurableResource):
     data_root: str
     catalog: str = ""
     """A `postgresql://` URI (the server profile's `[lineage] catalog`); empty: `<data_root>/lineage.duckdb`."""
+    storage_uri: str = ""
+    """An fsspec URI every recorded artifact is published under before its record (`[storage] uri`); empty: none."""
+    storage_options_json: str = "{}"
+    """The filesystem's options as JSON (`[storage] options`)."""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Name this process as the run's worker, so that a killed worker can be told from a slow one."""
@@ -65,7 +72,8 @@ class LineageResource(dg.ConfigurableResource):
         return self.catalog or str(self.root / CATALOG)
 
     def store(self) -> LineageStore:
-        return _store_at(self.catalog_target)
+        storage = (self.storage_uri, str(self.root), self.storage_options_json) if self.storage_uri else None
+        return _store_at(self.catalog_target, storage)
 
     def round_dir(self, experiment: str, round_: int) -> Path:
         return self.root / experiment / f"r{round_:03d}"

@@ -39,3 +39,15 @@ _DATABASES = iter(range(1_000_000))
 def postgres_catalog(postgres) -> str:
     """The URI of a new, empty Postgres database for one test's lineage catalog."""
     return postgres.create_database(f"catalog_{next(_DATABASES)}")
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """One S3-compatible server (moto) for the session; a test takes a fresh bucket of it."""
+    from tests.servers import ServerUnavailable, s3_server, unavailable
+
+    try:
+        with s3_server(tmp_path_factory.mktemp("s3")) as server:
+            yield server
+    except ServerUnavailable as error:
+        unavailable(f"the S3 server (moto) could not start: {error}")

@@ -176,3 +176,37 @@ def _answers(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+@dataclass
+class S3:
+    endpoint_url: str
+
+    def bucket(self, name: str) -> str:
+        """A new bucket; its s3:// URI."""
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=self.endpoint_url, aws_access_key_id="test",
+                              aws_secret_access_key="test", region_name="us-east-1")  # fmt: skip
+        client.create_bucket(Bucket=name)
+        return f"s3://{name}"
+
+
+@contextlib.contextmanager
+def s3_server(log_dir: Path) -> Iterator[S3]:
+    """moto's S3-compatible server (`moto_server`, from the test extras) on a free port. Clients find the
+    credentials in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (any value: moto checks none), set here."""
+    port = free_port()
+    log = log_dir / f"moto-{port}.log"
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with open(log, "wb") as out:
+        process = subprocess.Popen([Path(sys.executable).parent / "moto_server", "-H", "127.0.0.1", "-p", str(port)],
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    server = S3(f"http://127.0.0.1:{port}")
+    try:
+        _wait(lambda: _answers(f"{server.endpoint_url}/moto-api/"), "moto_server", process, log, 30)
+        yield server
+    finally:
+        _stop(process)

@@ -46,6 +46,7 @@ from creditline.store.files import (
     manifest_hash,
     stat_fingerprint,
 )
+from creditline.store.objects import ObjectStore
 from creditline.store.records import ArtifactRecord, EvaluationRecord, LineageNode, Problem, RunRecord
 from creditline.store.schema import create_schema
 
@@ -134,9 +135,16 @@ def _rebuild_edges(con: duckdb.DuckDBPyConnection, hashes: list[str]) -> None:
 class LineageStore:
     """The lineage catalog at ``path``, a DuckDB file or a ``postgresql://`` URI (created with its schema on first use)."""
 
-    def __init__(self, path: str | os.PathLike[str], retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        retry: RetryPolicy | None = None,
+        objects: ObjectStore | None = None,
+    ) -> None:
         self.path = str(path)
         self.retry = retry or RetryPolicy()
+        self.objects = objects
+        """Where every recorded artifact is published before its record (`creditline.store.objects`); None: nowhere."""
         self._schema_ready = False
         self._session = threading.local()  # .con: the connection a `session` block holds on this thread
 
@@ -236,11 +244,15 @@ class LineageStore:
         new hash, and of the hash it replaced, are rebuilt as the union of the parents declared by the rows
         that carry that hash (none: the replaced hash's edges go). Raises ``ValueError`` if two rows of one
         hash declare one parent with different relations. Returns the stored record (with ``created_at``,
-        sorted ``parents``). A ``meta["on_disk"]`` fingerprint must come from the writer, taken when it
+        sorted ``parents``). With ``objects``, the artifact is published there first and ``meta["object"]`` names
+        it. A ``meta["on_disk"]`` fingerprint must come from the writer, taken when it
         hashed the bytes (`FileRecord.fingerprint`, `hashed_folder`): only then does it vouch
         for them.
         """
         edges = _checked_parents(artifact.content_hash, artifact.parents if parents is None else parents)
+        if self.objects is not None and "object" not in artifact.meta:  # the bytes first, then the record
+            published = self.objects.publish(artifact.path, artifact.content_hash)
+            artifact = dataclasses.replace(artifact, meta={**artifact.meta, "object": published})
         stored = dataclasses.replace(artifact, created_at=_now(), parents=tuple(edges))
         key = [stored.experiment, stored.round, stored.kind, stored.variant]
 

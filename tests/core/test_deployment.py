@@ -29,13 +29,17 @@ def test_the_example_deployment_reads_as_written(monkeypatch):
     assert server.profile == "server" and server.source == str(EXAMPLE)
     assert server.dagster.executor == "multiprocess" and server.dagster.gpus == 4
     assert server.catalog.startswith("postgresql://") and server.tracking_uri == "http://mlflow:5000"
+    assert server.storage_uri == "s3://creditline/artifacts" and server.storage_options == {
+        "endpoint_url": "http://minio:9000"
+    }
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("[lineage]\ncatalg = 'x'\n", "[lineage] has no field 'catalg' (known: catalog)"),
-        ("[storage]\nuri = 's3://b'\n", "unknown section [storage]"),
+        ("[cluster]\nnodes = 2\n", "unknown section [cluster]"),
+        ("[storage]\nuri = 's3://b'\noptions = 'x'\n", "[storage] options must be a table, not 'x'"),
         ("[dagster]\nexecutor = 'threads'\n", "[dagster] executor 'threads' is not one of in_process"),
         ("[dagster]\ngpus = 0\n", "[dagster] gpus must be a whole number ≥ 1, not 0"),
         ("[training]\nprocesses = '2'\n", "[training] processes must be a whole number ≥ 1, not '2'"),

@@ -32,7 +32,7 @@ def creditline(data_root: Path, deployment: Path, *args: str) -> subprocess.Pope
 
 
 @pytest.fixture(scope="module")
-def servers(postgres, tmp_path_factory):
+def servers(postgres, s3, tmp_path_factory):
     from tests.servers import ServerUnavailable, mlflow_server, unavailable
 
     base = tmp_path_factory.mktemp("server-profile")
@@ -44,6 +44,7 @@ def servers(postgres, tmp_path_factory):
             deployment.write_text(
                 f'[dagster]\npostgres_url = "{dagster_url}"\nexecutor = "multiprocess"\nmax_concurrent = 2\ngpus = 2\n'
                 f'[lineage]\ncatalog = "{catalog}"\n[tracking]\nuri = "{tracking}"\n'
+                f'[storage]\nuri = "{s3.bucket("rounds")}/creditline"\noptions = {{endpoint_url = "{s3.endpoint_url}"}}\n'
             )
             yield base / "data", deployment
     except ServerUnavailable as error:
@@ -91,6 +92,27 @@ def test_every_lineage_row_is_there_exactly_once_and_every_file_matches_its_hash
         "SELECT child_hash, parent_hash, count(*) FROM lineage GROUP BY ALL HAVING count(*) > 1"
     )
     assert duplicated == []
+
+
+def test_every_artifact_is_in_object_storage_with_its_recorded_bytes(finished, tmp_path):
+    """Each record names its object; fetched back from the S3 server, its bytes hash to the record's hash."""
+    from creditline.store.objects import ObjectStore
+
+    data_root, deployment, _ = finished
+    settings = load_deployment(deployment)
+    objects = ObjectStore(settings.storage_uri, str(data_root), settings.storage_options)
+    store = LineageStore(settings.catalog)
+    fetched = 0
+    for experiment in EXPERIMENTS:
+        for record in [store.initial_policy(experiment), *store.artifacts(experiment)]:
+            uri = record.meta["object"]
+            assert uri.startswith(settings.storage_uri)
+            objects.fetch(uri, record.content_hash, tmp_path / f"{fetched}")
+            fetched += 1
+    assert fetched >= 2 * (1 + 2 * len(ROUND_KINDS))
+    assert not [
+        key for key in objects.filesystem().find(settings.storage_uri) if "/." in key
+    ]  # no temporary key
 
 
 def test_verify_is_clean_through_the_cli(finished):

@@ -26,12 +26,17 @@ from tests.servers import free_port
             "[dagster] postgres_url postgresql://me@127.0.0.1:{port}/dagster",
         ),
         ("[tracking]\nuri", "http://127.0.0.1:{port}", "[tracking] uri http://127.0.0.1:{port}"),
+        (
+            "[storage]\noptions = {{endpoint_url = 'http://127.0.0.1:{port}'}}\nuri",
+            "s3://bucket/prefix",
+            "[storage] uri s3://bucket/prefix",
+        ),
     ],
 )
 def test_an_unreachable_store_is_one_line_naming_it(tmp_path, section, value, named):
     port = free_port()  # nothing listens there
     deployment = tmp_path / "deployment.toml"
-    deployment.write_text(f'{section} = "{value.format(port=port)}"\n')
+    deployment.write_text(f'{section.format(port=port)} = "{value.format(port=port)}"\n')
     data_root = tmp_path / "data"
     env = {**os.environ, "CREDITLINE_DEPLOYMENT": str(deployment), "CREDITLINE_DATA_ROOT": str(data_root)}
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", "--rounds", "1"], env=env,
