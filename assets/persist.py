@@ -33,13 +33,14 @@ from schemas import SCHEMAS, validate
 def lookup_artifact(
     lineage: LineageResource, experiment: str, round_: int, kind: str, variant: str = ""
 ) -> ArtifactRecord:
-    """The recorded artifact (a lineage read only: the file is not touched)."""
-    record = lineage.store().artifact(experiment, round_, kind, variant)
+    """The recorded artifact (a lineage read; its bytes are fetched from object storage only if missing here)."""
+    store = lineage.store()
+    record = store.artifact(experiment, round_, kind, variant)
     if record is None:
         raise FileNotFoundError(
             f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
         )
-    return record
+    return store.ensure_local(record)
 
 
 def read_checked(record: ArtifactRecord) -> pd.DataFrame:

@@ -38,7 +38,8 @@ def ensure_initial_policy(
 
 
 def parent_record(store: LineageStore, experiment: str, round_: int) -> ArtifactRecord:
-    """The recorded checkpoint that generates round `round_`'s rollouts (a lineage read: the disk is not checked)."""
+    """The recorded checkpoint that generates round `round_`'s rollouts (a lineage read: the disk is not checked; the
+    folder is fetched from object storage only if it is missing here)."""
     if round_ < 1:
         raise ValueError(f"rounds start at 1 (round 0 is the initial policy), got {round_}")
     record = (
@@ -49,7 +50,7 @@ def parent_record(store: LineageStore, experiment: str, round_: int) -> Artifact
     if record is None:
         which = "the initial policy" if round_ == 1 else f"round {round_ - 1}'s checkpoint"
         raise ParentCheckpointError(f"{experiment} round {round_}: {which} is not in the lineage store yet")
-    return record
+    return store.ensure_local(record)
 
 
 def parent_checkpoint(store: LineageStore, experiment: str, round_: int) -> ArtifactRecord:

@@ -269,6 +269,14 @@ class LineageStore:
         self.transaction(work)
         return stored
 
+    def ensure_local(self, record: ArtifactRecord) -> ArtifactRecord:
+        """`record`, its bytes on this machine's disk: fetched from object storage into place (hash-checked) when
+        they are missing here and the record names an object. Otherwise nothing happens; a missing file with no
+        object is left for the reader's check to report."""
+        if self.objects is not None and "object" in record.meta and not Path(record.path).exists():
+            self.objects.fetch_into_place(record.meta["object"], record.content_hash, record.path)
+        return record
+
     def record_branches(self, steps_hash: str, links: Sequence[tuple[str, str, int]]) -> None:
         """Record the continuations of the steps table `steps_hash`: (episode_id, branch_of_episode,
         branch_of_step) each (`creditline.branching`); idempotent, keyed by the table's hash."""

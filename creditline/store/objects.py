@@ -11,13 +11,15 @@ object's URI in `meta["object"]`. The order is what makes a record trustworthy:
 
 A worker killed during 1 leaves temporary keys and perhaps some of a folder's files, but no record: readers
 only follow records, and a re-run uploads again (same bytes, same keys). `fetch` reads an artifact back and
-checks its content hash, so object storage is never trusted by name alone.
+checks its content hash, so object storage is never trusted by name alone. A worker that finds a recorded
+input missing from its disk fetches it into place first (`LineageStore.ensure_local`).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,25 @@ class ObjectStore:
             failpoint(f"publish:{local.name}")  # killed here: a temporary key, no object, no record
             fs.mv(temporary, final)
         return target
+
+    def fetch_into_place(self, uri: str, content_hash: str, path: str | os.PathLike[str]) -> None:
+        """Fetch the artifact to a temporary name beside `path`, check its hash, then rename it into place: a
+        reader of `path` sees nothing or the whole artifact. Two processes fetching at once both succeed."""
+        final = Path(path)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temporary = final.with_name(f".{final.name}.fetch-{os.getpid()}-{next(_COUNTER)}")
+        try:
+            self.fetch(uri, content_hash, temporary)
+            try:
+                os.replace(temporary, final)
+            except OSError:
+                if not final.exists():  # not "another process put it there first"
+                    raise
+        finally:
+            if temporary.is_dir():
+                shutil.rmtree(temporary, ignore_errors=True)
+            else:
+                temporary.unlink(missing_ok=True)
 
     def fetch(self, uri: str, content_hash: str, destination: str | os.PathLike[str]) -> Path:
         """Download the artifact at `uri` into `destination` and check that its bytes hash to `content_hash`."""

@@ -92,3 +92,34 @@ def test_a_writer_killed_mid_upload_publishes_no_record_and_a_rerun_completes(ob
     )  # the killed upload's leftovers
     recorded = store.record_artifact(folder, [])
     objects.fetch(recorded.meta["object"], folder.content_hash, tmp_path / "fetched")
+
+
+def test_a_worker_missing_a_recorded_input_fetches_it_into_place(objects, tmp_path):
+    """Another machine (here: the same one after its disk lost the files) finds the records, not the bytes: the
+    store fetches each from object storage into its recorded path, hash-checked; the round-to-round link does
+    the same for the parent checkpoint."""
+    import shutil
+
+    from creditline.lineage_chain import parent_record
+    from creditline.store import hash_path
+
+    store = LineageStore(tmp_path / "lineage.duckdb", objects=objects)
+    table, folder = _artifacts(Path(objects.data_root))
+    recorded = [store.record_artifact(table, []), store.record_artifact(folder, [])]
+    initial = store.record_initial_policy("exp", folder.path, folder.content_hash)
+    shutil.rmtree(Path(objects.data_root))
+    for record in recorded:
+        assert store.ensure_local(store.artifact("exp", 1, record.kind)).path == record.path
+        assert hash_path(record.path) == record.content_hash
+    shutil.rmtree(Path(folder.path))
+    assert hash_path(parent_record(store, "exp", 1).path) == initial.content_hash
+    assert not [p for p in Path(objects.data_root).rglob(".*")]  # no temporary name left
+
+
+def test_without_an_object_a_missing_file_is_left_for_the_readers_check(tmp_path):
+    store = LineageStore(tmp_path / "lineage.duckdb")
+    table, _ = _artifacts(tmp_path / "data")
+    store.record_artifact(table, [])
+    Path(table.path).unlink()
+    assert store.ensure_local(store.artifact("exp", 1, "steps")).path == table.path
+    assert not Path(table.path).exists()
