@@ -145,4 +145,9 @@ def _train_under_torchrun(
             reference=reference.path if reference else None,
         )  # fmt: skip
         invocation = dg.PipesSubprocessClient().run(context=context, command=command)
-    return folder, invocation.get_custom_messages()[-1]["metrics"]
+    messages = invocation.get_custom_messages()
+    if not messages:
+        raise RuntimeError(
+            f"the {processes} torchrun ranks ended without rank 0's metrics: see the step's stderr"
+        )
+    return folder, messages[-1]["metrics"]

@@ -3,7 +3,9 @@
 Without the variable the deployment is the local profile: every store is a file under the data root
 (DuckDB catalog, MLflow sqlite, the Dagster instance's sqlite), steps run in the launching process, one GPU.
 A deployment file switches them to servers users already run (docs/deployment.md), without touching an
-experiment's config, so the same experiment gives the same rounds on either:
+experiment's config. The same experiment gives the same rounds on either (checkpoints hash alike, measured by
+bench/server_profile.py), except that training on several processes sums gradients in another order
+(the same parameters to ~1e-7, not the same bytes):
 
     [dagster]
     postgres_url = "postgresql://creditline@db:5432/dagster"   # the instance's runs, events, schedules
@@ -48,7 +50,8 @@ class DagsterSettings:
     max_concurrent: int = 0
     """multiprocess: steps running at once; 0: one per CPU."""
     gpus: int = 1
-    """Size of the "gpu" pool (rollouts, reward model, training, evaluation): the GPUs steps may share at once."""
+    """Size of the "gpu" pool (rollouts, reward model, training, evaluation): how many such steps run at once. A
+    concurrency limit only: nothing assigns each step its own device (set CUDA_VISIBLE_DEVICES per worker)."""
     max_concurrent_runs: int = 4
     """Runs the instance's run queue lets start at once."""
 
@@ -130,6 +133,9 @@ def _check(deployment: Deployment) -> None:
                               ("[training] processes", deployment.train_processes, 1)):  # fmt: skip
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             fail(where, f"must be a whole number ≥ {low}, not {value!r}")
+    if deployment.storage_uri and not deployment.catalog:
+        fail("[storage] uri", "needs [lineage] catalog on Postgres: a DuckDB file would stay locked for every upload, "
+                              "and workers on other machines could not reach it")  # fmt: skip
     if not isinstance(deployment.storage_options, dict):
         fail("[storage] options", f"must be a table, not {deployment.storage_options!r}")
     if deployment.dagster.executor not in EXECUTORS:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from creditline.config import ExperimentConfig, load_config, registration
-from creditline.deployment import load_deployment
+from creditline.deployment import load_deployment, redact
 from creditline.store import LineageStore
 from creditline.store.connection import is_postgres
 from pipelines.reachability import check_reachable
@@ -61,7 +61,7 @@ def _known_experiment(store: LineageStore, name: str) -> None:
                          f"wrong --data-root (or ${DATA_ROOT_ENV})?")  # fmt: skip
     if store.experiment_config(name) is None:
         known = store.experiments()
-        raise UsageError(f"--experiment {name!r} is not registered in {store.path}; "
+        raise UsageError(f"--experiment {name!r} is not registered in {redact(store.path)}; "
                          f"registered: {', '.join(known) if known else 'none'}")  # fmt: skip
 
 
@@ -607,14 +607,14 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from creditline.deployment import DeploymentError
     from creditline.lineage_chain import ParentCheckpointError
     from creditline.store import ExperimentConfigMismatch, StoreLockedError
-    from creditline.store.errors import CatalogTooNewError
+    from creditline.store.errors import CatalogTooNewError, CatalogUnreachableError
     from creditline.store.leases import LeaseHeldError
     from pipelines.reachability import StoreUnreachable
     from schemas import TableValidationError
 
     return (UsageError, RoundStopped, ConfigError, ExperimentConfigMismatch, StoreLockedError, LeaseHeldError,
             ParentCheckpointError, TableValidationError, AdvantageInputError, DeploymentError,
-            StoreUnreachable, CatalogTooNewError)  # fmt: skip
+            StoreUnreachable, CatalogTooNewError, CatalogUnreachableError)  # fmt: skip
 
 
 def _interrupt(signum, frame):

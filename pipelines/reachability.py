@@ -54,26 +54,35 @@ def _mlflow(deployment: Deployment, uri: str) -> None:
 
 
 def _storage(deployment: Deployment) -> None:
-    """List the storage prefix in a thread with a deadline: an S3 client retries an endpoint that does not
-    answer for much longer than a person waits."""
-    from concurrent.futures import ThreadPoolExecutor
-    from concurrent.futures import TimeoutError as Timeout
+    """Look the storage prefix up in a daemon thread with a deadline: an S3 client retries an endpoint that does
+    not answer for much longer than a person waits, and a daemon thread never keeps the process alive."""
+    import threading
 
     from creditline.store.objects import ObjectStore
 
-    objects = ObjectStore(deployment.storage_uri, "", deployment.storage_options)
-    pool = ThreadPoolExecutor(max_workers=1)
-    try:
-        pool.submit(
-            lambda: objects.filesystem().ls(deployment.storage_uri.split("://", 1)[-1].split("/", 1)[0])
-        ).result(timeout=2 * TIMEOUT_S)
-    except Timeout:
+    options = dict(deployment.storage_options)
+    if deployment.storage_uri.startswith("s3://"):  # one quick try, not botocore's retries with backoff
+        options.setdefault("config_kwargs", {"connect_timeout": TIMEOUT_S, "read_timeout": TIMEOUT_S,
+                                             "retries": {"max_attempts": 1}})  # fmt: skip
+    objects = ObjectStore(deployment.storage_uri, "", options)
+    outcome: list[BaseException | None] = []
+
+    def probe() -> None:
+        try:
+            objects.filesystem().exists(deployment.storage_uri)
+            outcome.append(None)
+        except BaseException as error:  # the filesystem's own errors: refused, no such bucket, denied
+            outcome.append(error)
+
+    thread = threading.Thread(target=probe, name="storage-probe", daemon=True)
+    thread.start()
+    thread.join(timeout=2 * TIMEOUT_S)
+    if not outcome:
         raise StoreUnreachable(
             deployment, "[storage] uri", deployment.storage_uri, f"no answer within {2 * TIMEOUT_S} s"
-        ) from None
-    except Exception as error:  # the filesystem's own errors: no such bucket, refused, denied
+        )
+    if outcome[0] is not None:
+        error = outcome[0]
         raise StoreUnreachable(
             deployment, "[storage] uri", deployment.storage_uri, str(error) or type(error).__name__
-        ) from None
-    finally:
-        pool.shutdown(wait=False)
+        )

@@ -28,14 +28,6 @@ def round_job_def(data_root: str, job_name: str):
     return make_definitions(data_root).resolve_job_def(job_name)
 
 
-def _partition_tags(partition_key) -> dict[str, str]:
-    from dagster._core.definitions.partitions.utils.multi import get_tags_from_multi_partition_key
-
-    if isinstance(partition_key, dg.MultiPartitionKey):  # a re-score's (round × rubric version)
-        return {"dagster/partition": str(partition_key), **get_tags_from_multi_partition_key(partition_key)}
-    return {"dagster/partition": partition_key}
-
-
 def _reconstructable_job(data_root: str, job_name: str):
     """The job as a recipe another process can rebuild (`round_job_def(data_root, job_name)`): what Dagster needs
     to run its steps in other processes (the multiprocess, Celery and Kubernetes executors)."""
@@ -71,10 +63,11 @@ def execute_partition(
                 tags=tags,
             )
         else:  # the deployment's executor runs the steps in processes of their own
-            tags = {**tags, **_partition_tags(partition_key)}  # execute_job takes the partition as tags
-            with dg.execute_job(_reconstructable_job(data_root, job_name), instance, run_config=quiet, tags=tags,
-                                raise_on_error=False) as executed:  # fmt: skip
-                result = executed
+            job = round_job_def(data_root, job_name)
+            tags = {**tags, **job.get_tags_for_partition_key(partition_key, None)}  # execute_job's partition
+            # no `with`: entering the result would build every resource again, after the run, to load outputs
+            result = dg.execute_job(_reconstructable_job(data_root, job_name), instance, run_config=quiet, tags=tags,
+                                    raise_on_error=False)  # fmt: skip
     if seen:
         raise RoundInterrupted(result.run_id)
     return result

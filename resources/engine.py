@@ -3,7 +3,8 @@
 The experiment config chooses the engine kind ("torch" or "vllm") and the device; a deployment can
 override the device (e.g. run the same experiment on `cuda` on a GPU node) without editing the config,
 and choose how many processes train a round (`train_processes`): the update is the same on any number
-(`creditline.distributed`), so it is a property of the machine, not of the experiment or its hash.
+up to float summation order (`creditline.distributed`: the same parameters to ~1e-7, not the same bytes), so
+it is a property of the machine, not of the experiment or its config hash.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import duckdb
 
-from creditline.store.errors import CatalogTooNewError, StoreLockedError
+from creditline.store.errors import CatalogTooNewError, CatalogUnreachableError, StoreLockedError
 
 T = TypeVar("T")
 
@@ -92,6 +92,11 @@ def _attached(target: str, pid: int) -> duckdb.DuckDBPyConnection:
         con.execute(f"LOAD '{_postgres_extension()}'")
         quoted = target.replace("'", "''")  # ATTACH takes no parameters: a quoted literal
         con.execute(f"ATTACH '{quoted}' AS lineage (TYPE postgres)")
+    except duckdb.Error as error:  # DuckDB's message carries the URI, password included
+        con.close()
+        from creditline.deployment import redact
+
+        raise CatalogUnreachableError(str(error).replace(target, redact(target))) from None
     except BaseException:
         con.close()
         raise

@@ -24,13 +24,23 @@ class StoreLockedError(TimeoutError):
     """The DuckDB file stayed locked by another writer for longer than the store is willing to wait."""
 
     def __init__(self, path: str, waited_s: float, attempts: int, last_error: BaseException) -> None:
+        from creditline.deployment import redact
+
         self.path = path
         self.waited_s = waited_s
         self.attempts = attempts
-        super().__init__(
-            f"lineage store {path} stayed locked for {waited_s:.1f} s ({attempts} attempts); "
-            f"another process holds it open for writing. Last error: {last_error}"
-        )
+        shown = redact(path)
+        last = str(last_error).replace(path, shown)
+        if path.startswith(("postgresql://", "postgres://")):
+            super().__init__(
+                f"lineage store {shown}: transactions kept conflicting with other writers' for {waited_s:.1f} s "
+                f"({attempts} attempts). Last error: {last}"
+            )
+        else:
+            super().__init__(
+                f"lineage store {path} stayed locked for {waited_s:.1f} s ({attempts} attempts); "
+                f"another process holds it open for writing. Last error: {last}"
+            )
 
 
 class CatalogTooNewError(ValueError):
@@ -46,3 +56,7 @@ class CatalogTooNewError(ValueError):
             f"in a spare venv with duckdb==2.0.0 run EXPORT DATABASE 'catalog-export' (FORMAT parquet) on it, "
             f"then IMPORT DATABASE 'catalog-export' into a new file with this DuckDB and put that file in its place"
         )
+
+
+class CatalogUnreachableError(ConnectionError):
+    """The Postgres lineage catalog could not be attached (down, refused, wrong credentials); password hidden."""

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from creditline.deployment import redact
 from creditline.faults import failpoint
 from creditline.store.connection import (
     RetryPolicy,
@@ -149,7 +150,7 @@ class LineageStore:
         self._session = threading.local()  # .con: the connection a `session` block holds on this thread
 
     def __repr__(self) -> str:
-        return f"LineageStore({self.path!r})"
+        return f"LineageStore({redact(self.path)!r})"
 
     def transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """Run ``work`` as one retried transaction, creating the schema in the first one."""
@@ -177,12 +178,14 @@ class LineageStore:
         For a burst of lineage calls, such as a stage's reads before its work, or its records after: the
         catalog file stays locked against other processes until the block ends, so never wrap the work
         itself. Nested sessions use the outer one; other threads wait for the block to end.
+
+        On Postgres a session shares nothing: a transaction there costs a cursor (~1 ms), locks no file, and
+        must be free to retry alone when another writer's transaction conflicts with it.
         """
-        if getattr(self._session, "con", None) is not None:
+        if getattr(self._session, "con", None) is not None or is_postgres(self.path):
             yield self
             return
-        if not is_postgres(self.path):
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with held_connection(self.path, self.retry) as con:
             self._session.con = con
             try:

@@ -19,15 +19,22 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from creditline.faults import failpoint
-from creditline.store.files import directory_manifest, hash_path
+from creditline.store.files import hash_path
 
 _COUNTER = itertools.count()
+_TEMPORARY = re.compile(r".*/\.[^/]+\.tmp-\d+-\d+$")
+"""A key `publish` uploads to before moving it to its name (`.<name>.tmp-<pid>-<n>`)."""
+
+
+def _relative(fs, root: str, key: str) -> str:
+    return key[len(fs._strip_protocol(root)) :].lstrip("/")
 
 
 @dataclass(frozen=True)
@@ -63,14 +70,27 @@ class ObjectStore:
         """
         fs, target = self.filesystem(), self.key_for(path, content_hash)
         local = Path(path)
-        files = {"": local} if local.is_file() else {rel: local / rel for rel in directory_manifest(local)}
+        files = (
+            {"": local}
+            if local.is_file()
+            else {p.relative_to(local).as_posix(): p for p in sorted(local.rglob("*")) if p.is_file()}
+        )
         for rel, source in files.items():
             final = f"{target}/{rel}" if rel else target
             parent, name = final.rsplit("/", 1)
             temporary = f"{parent}/.{name}.tmp-{os.getpid()}-{next(_COUNTER)}"
+            fs.makedirs(parent, exist_ok=True)  # a no-op on object stores; a local or mounted target needs it
             fs.put_file(str(source), temporary)
             failpoint(f"publish:{local.name}")  # killed here: a temporary key, no object, no record
             fs.mv(temporary, final)
+        if local.is_dir():  # a folder published again with fewer files: its old extra keys would spoil fetch
+            stale = [
+                k
+                for k in fs.find(target)
+                if _relative(fs, target, k) not in files and not _TEMPORARY.match(k)
+            ]
+            if stale:
+                fs.rm(stale)
         return target
 
     def fetch_into_place(self, uri: str, content_hash: str, path: str | os.PathLike[str]) -> None:
@@ -97,8 +117,8 @@ class ObjectStore:
         fs, destination = self.filesystem(), Path(destination)
         if fs.isdir(uri):
             for key in fs.find(uri):
-                if not key.rsplit("/", 1)[-1].startswith("."):  # a killed upload's temporary key
-                    rel = key[len(fs._strip_protocol(uri)) :].lstrip("/")
+                if not _TEMPORARY.match(key):  # not a killed upload's temporary key
+                    rel = _relative(fs, uri, key)
                     (destination / rel).parent.mkdir(parents=True, exist_ok=True)
                     fs.get_file(key, str(destination / rel))
         else:

@@ -39,7 +39,11 @@ def test_the_example_deployment_reads_as_written(monkeypatch):
     [
         ("[lineage]\ncatalg = 'x'\n", "[lineage] has no field 'catalg' (known: catalog)"),
         ("[cluster]\nnodes = 2\n", "unknown section [cluster]"),
-        ("[storage]\nuri = 's3://b'\noptions = 'x'\n", "[storage] options must be a table, not 'x'"),
+        (
+            "[lineage]\ncatalog = 'postgresql://db/l'\n[storage]\nuri = 's3://b'\noptions = 'x'\n",
+            "[storage] options must be a table, not 'x'",
+        ),
+        ("[storage]\nuri = 's3://b'\n", "[storage] uri needs [lineage] catalog on Postgres"),
         ("[dagster]\nexecutor = 'threads'\n", "[dagster] executor 'threads' is not one of in_process"),
         ("[dagster]\ngpus = 0\n", "[dagster] gpus must be a whole number ≥ 1, not 0"),
         ("[training]\nprocesses = '2'\n", "[training] processes must be a whole number ≥ 1, not '2'"),

@@ -3,7 +3,7 @@ and MLflow on real servers started here, every step in a process of its own (the
 
 What must hold with several writers on shared servers: every lineage row exactly once, every artifact's bytes
 matching its recorded hash, `verify` clean, the rounds' runs in the MLflow server and the Dagster runs in
-Postgres. A second run of a committed round changes nothing.
+Postgres. The same experiment started twice at once runs once.
 """
 
 from __future__ import annotations

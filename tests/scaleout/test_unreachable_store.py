@@ -26,11 +26,6 @@ from tests.servers import free_port
             "[dagster] postgres_url postgresql://me@127.0.0.1:{port}/dagster",
         ),
         ("[tracking]\nuri", "http://127.0.0.1:{port}", "[tracking] uri http://127.0.0.1:{port}"),
-        (
-            "[storage]\noptions = {{endpoint_url = 'http://127.0.0.1:{port}'}}\nuri",
-            "s3://bucket/prefix",
-            "[storage] uri s3://bucket/prefix",
-        ),
     ],
 )
 def test_an_unreachable_store_is_one_line_naming_it(tmp_path, section, value, named):
@@ -48,3 +43,33 @@ def test_an_unreachable_store_is_one_line_naming_it(tmp_path, section, value, na
     )
     assert "secret" not in done.stderr
     assert not data_root.exists() or not any(data_root.iterdir())
+
+
+@pytest.mark.parametrize("endpoint", ["refuses", "never answers"])
+def test_an_unreachable_object_store_is_one_line_naming_it(tmp_path, postgres, endpoint):
+    """The catalog answers, the S3 endpoint does not: the line names [storage], and the process ends once it is
+    printed (the probe runs in a daemon thread: a client still retrying must not keep it alive)."""
+    import socket
+
+    silent = socket.socket()  # "never answers": connections are accepted by the kernel, nothing replies
+    silent.bind(("127.0.0.1", 0))
+    if endpoint == "never answers":
+        silent.listen(8)
+    port = silent.getsockname()[1]
+    deployment = tmp_path / "deployment.toml"
+    catalog = postgres.create_database(f"unreachable_storage_{endpoint.replace(' ', '_')}")
+    deployment.write_text(f'[lineage]\ncatalog = "{catalog}"\n'
+                          f'[storage]\nuri = "s3://bucket/prefix"\noptions = {{endpoint_url = "http://127.0.0.1:{port}"}}\n')  # fmt: skip
+    env = {
+        **os.environ,
+        "CREDITLINE_DEPLOYMENT": str(deployment),
+        "CREDITLINE_DATA_ROOT": str(tmp_path / "data"),
+    }
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "report"], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    silent.close()
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: deployment {deployment}: [storage] uri s3://bucket/prefix is unreachable"
+    )

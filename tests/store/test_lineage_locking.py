@@ -72,8 +72,9 @@ from creditline.store import ArtifactRecord, LineageStore
 store, worker = LineageStore(sys.argv[1]), sys.argv[2]
 for r in range(5):
     store.record_artifact(ArtifactRecord("exp", r, "w" + worker, "/d", worker + str(r)), [("root", "from")])
-    # every writer records the same key at once: one row must remain, whichever wins
-    store.record_artifact(ArtifactRecord("exp", r, "shared", "/d", "shared" + str(r)), [("root", "from")])
+    # every writer records the same key at once, inside a session as the assets do: one row must remain
+    with store.session():
+        store.record_artifact(ArtifactRecord("exp", r, "shared", "/d", "shared" + str(r)), [("root", "from")])
 """
 
 
