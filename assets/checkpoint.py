@@ -1,7 +1,7 @@
 """`checkpoint`: the policy trained on this round's advantages, saved as a HF checkpoint folder.
 
 With the deployment's `EngineResource.train_processes` = W > 1, the update runs under torchrun on W ranks
-(`creditline.train_worker`, launched through Dagster Pipes); it writes the same checkpoint folder and sends
+(`assets.train_worker`, launched through Dagster Pipes); it writes the same checkpoint folder and sends
 back the same metrics, and everything else here (lineage records, failpoints) is the same.
 """
 
@@ -24,13 +24,13 @@ from assets.persist import (
     recorded_output,
     write_table,
 )
+from assets.train_worker import torchrun_command
 from creditline.engines import release_generation_memory
 from creditline.faults import failpoint
 from creditline.lineage_chain import parent_checkpoint, parent_record, verify_checkpoint
 from creditline.policy import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
 from creditline.round import train_policy
 from creditline.store import ArtifactRecord, hashed_folder, read_parquet
-from creditline.train_worker import torchrun_command
 from resources import EngineResource, LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -128,7 +128,7 @@ def _train(lineage, config, steps, advantages, parent, reference, round_) -> tup
 def _train_under_torchrun(
     context, processes, lineage, config, inputs, parent, reference, round_
 ) -> tuple[Path, list[dict]]:
-    """`_train` on `processes` ranks: `creditline.train_worker` under torchrun, launched through Pipes.
+    """`_train` on `processes` ranks: `assets.train_worker` under torchrun, launched through Pipes.
 
     The workers read the recorded (and just checked) tables and the parent folder themselves; rank 0 writes
     the same checkpoint folder `_train` would and sends the per-update metrics back as a Pipes message."""

@@ -21,7 +21,7 @@ class EngineResource(dg.ConfigurableResource):
     device_override: str = ""
     """Empty: use the experiment's `rollouts.device`."""
     train_processes: int = 1
-    """Training processes per node under torchrun (`creditline.train_worker`, one GPU each on CUDA); 1 trains
+    """Training processes per node under torchrun (`assets.train_worker`, one GPU each on CUDA); 1 trains
     in the asset's own process."""
 
     def load(

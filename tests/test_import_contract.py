@@ -14,6 +14,8 @@ FORBIDDEN = {
         "dagster",
         "dagster_webserver",
         "dagster_graphql",
+        "dagster_pipes",
+        "dagster_postgres",
         "mlflow",
         "pipelines",
         "assets",

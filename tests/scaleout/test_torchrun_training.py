@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from assets import ROUND_ASSETS, round_key
+from assets.train_worker import torchrun_command
 from creditline.config import ExperimentConfig, from_dict
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.policy import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
@@ -20,7 +21,6 @@ from creditline.rollout import run_episodes
 from creditline.round import step_advantages, train_policy
 from creditline.rubrics import get_rubric
 from creditline.store import LineageStore, read_parquet, write_parquet_atomic
-from creditline.train_worker import torchrun_command
 from resources import EngineResource, LineageResource, TrackerResource
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """One training process of a round under torchrun: the round's training stage, data parallel over W ranks.
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 -m creditline.train_worker \\
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m assets.train_worker \\
         --parent r001/policy --steps r002/steps.parquet --advantages r002/advantages.parquet \\
         --config config.json --round 2 --output r002/policy [--optimizer-state r001/policy/optimizer.pt]
 
@@ -13,8 +13,8 @@ checkpoint folder with `save_policy` (atomically, as the in-process path does) a
 Launched by the `checkpoint` asset through Dagster Pipes, rank 0 sends the per-update metrics back as a
 Pipes custom message (the asset records them; the materialisation itself stays the asset's, which knows
 the lineage) and logs a line. Without Pipes, `--metrics` writes them as JSON. This module is the effectful
-shell of one process; it imports `dagster_pipes` (Dagster's dependency-free protocol package), never
-`dagster`.
+shell of one process, so it lives beside the asset that launches it, not in the pure core: it imports
+`dagster_pipes` (Dagster's dependency-free protocol package), never `dagster`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def torchrun_command(
     if processes < 1:
         raise ValueError(f"train_processes: {processes} is not a number of processes (at least 1)")
     command = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-               "-m", "creditline.train_worker", "--parent", str(parent), "--steps", str(steps),
+               "-m", "assets.train_worker", "--parent", str(parent), "--steps", str(steps),
                "--advantages", str(advantages), "--config", str(config), "--round", str(round_),
                "--output", str(output)]  # fmt: skip
     if optimizer_state is not None:
@@ -97,7 +97,7 @@ def _pipes(rank: int) -> Iterator[PipesContext | None]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="creditline.train_worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="assets.train_worker", description=__doc__.splitlines()[0])
     parser.add_argument("--parent", required=True, help="the parent checkpoint folder")
     parser.add_argument("--steps", required=True, help="the round's steps table (Parquet)")
     parser.add_argument("--advantages", required=True, help="the round's advantages table (Parquet)")
