@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from creditline.faults import failpoint
-from creditline.store.files import hash_path
+from creditline.store.files import _temp_sibling, hash_path
 
 _COUNTER = itertools.count()
 _TEMPORARY = re.compile(r".*/\.[^/]+\.tmp-\d+-\d+$")
@@ -98,7 +98,8 @@ class ObjectStore:
         reader of `path` sees nothing or the whole artifact. Two processes fetching at once both succeed."""
         final = Path(path)
         final.parent.mkdir(parents=True, exist_ok=True)
-        temporary = final.with_name(f".{final.name}.fetch-{os.getpid()}-{next(_COUNTER)}")
+        # the writers' own temp name, so the orphan reaper clears a killed fetch's leftovers as theirs
+        temporary = _temp_sibling(final, "tmp")
         try:
             self.fetch(uri, content_hash, temporary)
             try:
