@@ -82,8 +82,8 @@ def checkpoint(
             folder, metrics = _train(lineage, config, steps, advantages, parent, reference, round_)
         else:
             inputs = (steps_record.path, advantages_record.path)
-            folder, metrics = _train_under_torchrun(context, engine.train_processes, lineage, config, inputs,
-                                                    parent, reference, round_)  # fmt: skip
+            folder, metrics = _train_under_torchrun(context, engine, lineage, config, inputs, parent, reference,
+                                                    round_)  # fmt: skip
         content_hash, on_disk = hashed_folder(folder)  # the folder's one full hash
         meta = {"estimator": config.advantages.estimator, "params_hash": str(advantages["params_hash"].iloc[0]),
                 "rubric_version": str(advantages["rubric_version"].iloc[0]), **on_disk}  # fmt: skip
@@ -126,9 +126,10 @@ def _train(lineage, config, steps, advantages, parent, reference, round_) -> tup
 
 
 def _train_under_torchrun(
-    context, processes, lineage, config, inputs, parent, reference, round_
+    context, engine, lineage, config, inputs, parent, reference, round_
 ) -> tuple[Path, list[dict]]:
-    """`_train` on `processes` ranks: `assets.train_worker` under torchrun, launched through Pipes.
+    """`_train` on `engine.train_processes` ranks (holding the model as `engine.train_sharding` says):
+    `assets.train_worker` under torchrun, launched through Pipes.
 
     The workers read the recorded (and just checked) tables and the parent folder themselves; rank 0 writes
     the same checkpoint folder `_train` would and sends the per-update metrics back as a Pipes message."""
@@ -139,15 +140,15 @@ def _train_under_torchrun(
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config.to_dict()))
         command = torchrun_command(
-            sys.executable, processes, parent=parent.path, steps=inputs[0], advantages=inputs[1],
+            sys.executable, engine.train_processes, parent=parent.path, steps=inputs[0], advantages=inputs[1],
             config=config_path, round_=round_, output=folder,
             optimizer_state=optimizer_state if optimizer_state.exists() else None,
-            reference=reference.path if reference else None,
+            reference=reference.path if reference else None, sharding=engine.train_sharding,
         )  # fmt: skip
         invocation = dg.PipesSubprocessClient().run(context=context, command=command)
     messages = invocation.get_custom_messages()
     if not messages:
         raise RuntimeError(
-            f"the {processes} torchrun ranks ended without rank 0's metrics: see the step's stderr"
+            f"the {engine.train_processes} torchrun ranks ended without rank 0's metrics: see the step's stderr"
         )
     return folder, messages[-1]["metrics"]

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pipes
+from torch.distributed.tensor import DTensor
 
 from creditline.config import from_dict
-from creditline.distributed import process_group, rank_and_size
+from creditline.distributed import SHARDINGS, process_group, rank_and_size, shard_blocks, whole_state_dict
 from creditline.policy import load_policy, save_policy
 from creditline.round import train_policy
 from creditline.store import read_parquet, write_json_atomic
@@ -47,6 +49,7 @@ def torchrun_command(
     output: str | Path,
     optimizer_state: str | Path | None = None,
     reference: str | Path | None = None,
+    sharding: str = "replicated",
 ) -> list[str]:
     """The command that trains a round on `processes` ranks of this node (torchrun's standalone rendezvous)."""
     if processes < 1:
@@ -59,6 +62,8 @@ def torchrun_command(
         command += ["--optimizer-state", str(optimizer_state)]
     if reference is not None:
         command += ["--reference", str(reference)]
+    if sharding != "replicated":
+        command += ["--sharding", sharding]
     return command
 
 
@@ -68,22 +73,40 @@ def main(argv: list[str] | None = None) -> None:
     with process_group(args.device or config.rollouts.device) as device:
         rank, world = rank_and_size()
         with _pipes(rank) as pipes:
-            model, tokenizer = load_policy(args.parent, device)
+            if args.sharding == "fsdp":  # whole on the CPU, then 1/W of each block on this rank's device
+                model, tokenizer = load_policy(args.parent, "cpu")
+                blocks = shard_blocks(model)
+                model.to(device)
+                if rank == 0:
+                    print(f"fsdp: {blocks} blocks sharded across {world} ranks; rank 0 holds "
+                          f"{_held_block_elements(model)} of {_block_elements(model)} block parameter elements",
+                          file=sys.stderr, flush=True)  # fmt: skip
+            else:
+                model, tokenizer = load_policy(args.parent, device)
             steps, advantages = read_parquet(args.steps), read_parquet(args.advantages)
             state = None
             if args.optimizer_state:
                 state = torch.load(args.optimizer_state, map_location="cpu", weights_only=True)
             metrics, optimizer_state = train_policy(model, tokenizer, steps, advantages, config, args.round,
                                                     state, reference_policy=args.reference)  # fmt: skip
+            whole = whole_state_dict(model) if args.sharding == "fsdp" else None  # every rank gathers
             if rank != 0:
                 return
-            save_policy(model, tokenizer, args.output, optimizer_state)
+            save_policy(model, tokenizer, args.output, optimizer_state, state_dict=whole)
             if args.metrics:
                 write_json_atomic(metrics, args.metrics)
             if pipes is not None:
                 pipes.report_custom_message({"metrics": metrics})
                 pipes.log.info(f"round {args.round} trained on {world} ranks: {len(metrics)} updates, "
                                f"last loss {metrics[-1]['loss']:.4g}")  # fmt: skip
+
+
+def _block_elements(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if isinstance(p, DTensor))
+
+
+def _held_block_elements(model: torch.nn.Module) -> int:
+    return sum(p.to_local().numel() for p in model.parameters() if isinstance(p, DTensor))
 
 
 @contextmanager
@@ -106,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, help="the checkpoint folder to write (rank 0, atomically)")
     parser.add_argument("--optimizer-state", help="the parent's optimiser state (torch.save'd); none: fresh")
     parser.add_argument("--reference", help="the reference policy folder (when [train] kl_coef > 0)")
+    parser.add_argument(
+        "--sharding",
+        default="replicated",
+        choices=SHARDINGS,
+        help="replicated: every rank holds the whole model; fsdp: its blocks split across the ranks",
+    )
     parser.add_argument("--device", help="default: the config's rollouts.device (cuda: one GPU per rank)")
     parser.add_argument("--metrics", help="also write the per-update metrics here as JSON (rank 0)")
     return parser

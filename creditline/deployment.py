@@ -21,6 +21,7 @@ bench/server_profile.py), except that training on several processes sums gradien
 
     [training]
     processes = 2                                               # torchrun ranks per training step
+    sharding = "fsdp"                                           # replicated | fsdp (blocks split across ranks)
 
     [storage]
     uri = "s3://bucket/creditline"                              # every artifact published here before its record
@@ -39,6 +40,8 @@ from typing import Any
 
 DEPLOYMENT_ENV = "CREDITLINE_DEPLOYMENT"
 EXECUTORS = ("in_process", "multiprocess", "celery", "k8s")
+SHARDINGS = ("replicated", "fsdp")
+"""`creditline.distributed.SHARDINGS` (not imported: reading a deployment must not import torch)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class Deployment:
     """[tracking] uri: an MLflow tracking server; empty: `sqlite:///<data_root>/mlflow.db`."""
     train_processes: int = 1
     """[training] processes: torchrun ranks that train one checkpoint; 1 trains in the step's own process."""
+    train_sharding: str = "replicated"
+    """[training] sharding: "replicated" (every rank holds the whole model) or "fsdp" (each transformer block's
+    parameters, gradients and optimiser moments split across the ranks: `creditline.distributed`)."""
     storage_uri: str = ""
     """[storage] uri: an fsspec URI every recorded artifact is published under (`creditline.store.objects`);
     empty: the data root only."""
@@ -86,7 +92,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "dagster": {f.name: f.name for f in fields(DagsterSettings)},
     "lineage": {"catalog": "catalog"},
     "tracking": {"uri": "tracking_uri"},
-    "training": {"processes": "train_processes"},
+    "training": {"processes": "train_processes", "sharding": "train_sharding"},
     "storage": {"uri": "storage_uri", "options": "storage_options"},
 }
 
@@ -136,6 +142,10 @@ def _check(deployment: Deployment) -> None:
     if deployment.storage_uri and not deployment.catalog:
         fail("[storage] uri", "needs [lineage] catalog on Postgres: a DuckDB file would stay locked for every upload, "
                               "and workers on other machines could not reach it")  # fmt: skip
+    if deployment.train_sharding not in SHARDINGS:
+        fail("[training] sharding", f"{deployment.train_sharding!r} is not one of {', '.join(SHARDINGS)}")
+    if deployment.train_sharding == "fsdp" and deployment.train_processes < 2:
+        fail("[training] sharding", "fsdp splits the model across [training] processes: set processes ≥ 2")
     if not isinstance(deployment.storage_options, dict):
         fail("[storage] options", f"must be a table, not {deployment.storage_options!r}")
     if deployment.dagster.executor not in EXECUTORS:

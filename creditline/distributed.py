@@ -17,9 +17,19 @@ a rank with none (DDP would hang). The wrapper would also sit between the traine
 (`.module`, gradient checkpointing). What the explicit reduce gives up is DDP's overlap of
 communication with the backward pass: one bucketed all-reduce per optimiser step, after it.
 
+Sharded training (`shard_blocks`, FSDP2's `fully_shard`): for a model whose transformer blocks do not fit
+one device W times over, every block's parameters, gradients and AdamW moments are split across the ranks
+(dim 0, 1/W each); a block's full weights exist only while it runs (all-gathered before its forward, and
+again for its backward). The embeddings, final norm and LM head stay whole on every rank (the trainer calls
+the head on its own, outside the model's forward, so it cannot be an FSDP unit) and are summed by `sum_update`
+as before. FSDP reduce-scatters the blocks' gradients in every backward, with the SUM (divide factor 1), so
+a block's gradient shard is the same sum as in the replicated path. Because every all-gather is a
+collective, every rank must run the same number of forward and backward passes: the trainer pads a rank's
+micro-batches with passes whose loss is multiplied by 0 (`lockstep_micro_batches`). The result is the
+one-process update to float summation order, as for the replicated path (tests/scaleout/test_torchrun_training.py).
+
 Without an initialised process group (or with W = 1) the trainer calls `rank_and_size` alone: the
-one-process path makes no distributed calls. FSDP (parameters sharded across ranks) is not implemented: every rank holds the
-whole model and optimiser state.
+one-process path makes no distributed calls.
 """
 
 from __future__ import annotations
@@ -30,6 +40,10 @@ from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+SHARDINGS = ("replicated", "fsdp")
+"""How the ranks hold the model: whole on every rank (data parallel), or its blocks split across them (FSDP)."""
 
 BUCKET_ELEMENTS = 1 << 24
 """Gradient elements per all-reduce call (64 MiB of fp32): few calls, a bounded extra copy."""
@@ -48,7 +62,11 @@ def sum_update(parameters: Iterable[torch.nn.Parameter], sums: dict[str, float])
     A rank without a gradient for a parameter (no rows in this minibatch) adds zeros; a parameter with
     no gradient on any rank keeps None, as in one process (AdamW skips it).
     """
-    params = [p for p in parameters if p.requires_grad]
+    params = [p for p in parameters if p.requires_grad and not isinstance(p, DTensor)]  # FSDP sums the shards
+    if not params:  # every parameter sharded: only the metric sums remain
+        values = torch.tensor(list(sums.values()), dtype=torch.float64)
+        dist.all_reduce(values)
+        return dict(zip(sums, values.tolist(), strict=True))
     # one small reduce first: the metric sums, then per parameter the number of ranks holding a gradient
     head = [*sums.values(), *(float(p.grad is not None) for p in params)]
     head_sum = torch.tensor(head, dtype=torch.float64, device=params[0].device)  # (K + P,)
@@ -64,6 +82,79 @@ def sum_update(parameters: Iterable[torch.nn.Parameter], sums: dict[str, float])
         for p, part in zip(bucket, flat.split([p.numel() for p in bucket]), strict=True):
             p.grad.copy_(part.view_as(p.grad))
     return dict(zip(sums, values[: len(sums)], strict=True))
+
+
+def shard_blocks(model: torch.nn.Module) -> int:
+    """Shard every transformer block of `model` across the process group's ranks (FSDP2), in place; return
+    how many. The blocks are the modules whose class HF names in `model._no_split_modules` (LlamaDecoderLayer,
+    Qwen2DecoderLayer, ...): the units HF itself never splits across devices."""
+    from torch.distributed.fsdp import fully_shard
+
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    blocks = [module for module in model.modules() if type(module).__name__ in names]
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} names no transformer blocks (_no_split_modules): "
+                         "it cannot be sharded; train it with sharding \"replicated\"")  # fmt: skip
+    for block in blocks:
+        fully_shard(block, reshard_after_forward=True)  # each block is a root: whole only while it runs
+        # the SUM over ranks, as `sum_update` (FSDP's default is the mean), as a plain SUM (gloo has no PREMUL_SUM)
+        block.set_gradient_divide_factor(1.0)
+        block.set_force_sum_reduction_for_comms(True)
+    return len(blocks)
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """`torch.nn.utils.clip_grad_norm_` over sharded and whole parameters: the 2-norm of every gradient
+    element, a shard's squares summed over the ranks (each element is on exactly one rank) and a whole
+    gradient's counted once; every gradient scaled by min(1, max_norm / (norm + 1e-6)). Returns the norm."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    shard_squares = sum((g.to_local().double().pow(2).sum() for g in grads if isinstance(g, DTensor)),
+                        torch.zeros((), dtype=torch.float64))  # fmt: skip
+    if dist.is_initialized():
+        shard_squares = shard_squares.to(grads[0].device)
+        dist.all_reduce(shard_squares)
+    whole_squares = sum(float(g.double().pow(2).sum()) for g in grads if not isinstance(g, DTensor))
+    norm = (shard_squares.cpu() + whole_squares).sqrt().float()
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        (g.to_local() if isinstance(g, DTensor) else g).mul_(scale.to(g.device))
+    return norm
+
+
+def sharded_optimizer_state(state: dict, parameters: list[torch.nn.Parameter]) -> dict:
+    """A whole-model optimiser state (`optimizer.state_dict()` of one process, as saved in a checkpoint) laid
+    out for `parameters`: each sharded parameter's moments cut to this rank's shard (no communication:
+    every rank holds the whole state)."""
+    laid_out = {}
+    for index, entry in state["state"].items():
+        p = parameters[int(index)]
+        laid_out[index] = {
+            key: distribute_tensor(value.to(p.device), p.device_mesh, p.placements, src_data_rank=None)
+            if isinstance(p, DTensor) and value.shape == p.shape
+            else value
+            for key, value in entry.items()
+        }
+    return {**state, "state": laid_out}
+
+
+def whole_optimizer_state(state: dict) -> dict:
+    """`sharded_optimizer_state`'s inverse: every shard all-gathered to the whole tensor on the CPU (a
+    collective: every rank calls it), so a sharded run saves what one process would."""
+    whole = {}
+    for index in sorted(state["state"]):
+        whole[index] = {key: value.full_tensor().cpu() if isinstance(value, DTensor) else value
+                        for key, value in state["state"][index].items()}  # fmt: skip
+    return {**state, "state": whole}
+
+
+def whole_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict with every shard all-gathered (a collective: every rank calls it), on the CPU."""
+    return {name: (value.full_tensor() if isinstance(value, DTensor) else value).cpu()
+            for name, value in model.state_dict().items()}  # fmt: skip
 
 
 def sum_rows(table: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -98,10 +98,12 @@ def save_policy(
     tokenizer: PreTrainedTokenizerFast,
     folder: str | Path,
     optimizer_state: dict | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write a checkpoint folder atomically: readers see the old folder or the whole new one."""
+    """Write a checkpoint folder atomically: readers see the old folder or the whole new one. `state_dict`
+    replaces the model's own (a sharded model's, gathered whole: `creditline.distributed.whole_state_dict`)."""
     with atomic_directory(folder) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         if optimizer_state is not None:
             torch.save(optimizer_state, Path(tmp) / OPTIMIZER_FILE)

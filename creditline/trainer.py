@@ -43,7 +43,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from creditline.distributed import rank_and_size, sum_rows, sum_update
+from creditline.distributed import (
+    clip_grad_norm,
+    is_sharded,
+    rank_and_size,
+    sharded_optimizer_state,
+    sum_rows,
+    sum_update,
+    whole_optimizer_state,
+)
 from creditline.faults import failpoint
 from creditline.logprobs import DEFAULT_CHUNK_TOKENS, completion_logprobs
 
@@ -169,6 +177,23 @@ def micro_batches(lengths: torch.Tensor, token_budget: int) -> list[torch.Tensor
     return [torch.tensor(group) for group in groups]
 
 
+def rank_micro_batches(
+    lengths: torch.Tensor, rows: torch.Tensor, token_budget: int, lockstep: bool
+) -> list[torch.Tensor | None]:
+    """This rank's micro-batches of `rows` (its share, rows[rank::W]), as positions into rows[rank::W].
+
+    With `lockstep` (a sharded model: every forward is a collective), the list is padded with None to the
+    largest count any rank has, and each None is a pass that contributes nothing (`_idle_pass`).
+    lengths: (R,) tokens of every row of the batch; rows: (m,) the step's rows, the same on every rank.
+    """
+    rank, world = rank_and_size()
+    parts: list[torch.Tensor | None] = list(micro_batches(lengths[rows[rank::world]], token_budget))
+    if lockstep:
+        most = max(len(micro_batches(lengths[rows[r::world]], token_budget)) for r in range(world))
+        parts += [None] * (most - len(parts))
+    return parts
+
+
 def clipped_pg_terms(
     logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,8 +226,13 @@ def score(
     rank, world = rank_and_size()
     out = torch.zeros(batch.old_logprobs.shape)
     mine = torch.arange(out.shape[0])[rank::world]  # (R / W,) this rank's rows
+    all_rows = torch.arange(out.shape[0])
     with torch.no_grad():
-        for local in micro_batches(batch.attention_mask[mine].sum(1), config.micro_batch_tokens):
+        for local in rank_micro_batches(batch.attention_mask.sum(1), all_rows, config.micro_batch_tokens,
+                                        is_sharded(model)):  # fmt: skip
+            if local is None:  # a sharded model's collectives need this rank's forward too
+                rows_logprobs(model, batch, all_rows[:1], config, temperature, top_p)
+                continue
             rows = mine[local]
             logp, _, mask, length = rows_logprobs(model, batch, rows, config, temperature, top_p)
             block = out[rows, :length]
@@ -235,10 +265,13 @@ def train(
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
+    sharded = is_sharded(model)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
     if optimizer_state is not None:
+        if sharded:
+            optimizer_state = sharded_optimizer_state(optimizer_state, list(model.parameters()))
         optimizer.load_state_dict(optimizer_state)
         for group in optimizer.param_groups:
             group["lr"] = config.learning_rate
@@ -255,7 +288,10 @@ def train(
                 ("loss", "entropy", "clipped", "approx_kl", "sampler_kl", "reference_kl"), 0.0
             )
             optimizer.zero_grad(set_to_none=True)
-            for local in micro_batches(lengths[rank_rows], config.micro_batch_tokens):
+            for local in rank_micro_batches(lengths, mb_rows, config.micro_batch_tokens, sharded):
+                if local is None:
+                    _idle_pass(model, batch, mb_rows[:1], config, temperature, top_p)
+                    continue
                 micro = rank_rows[local]
                 logp, entropy, mask, length = rows_logprobs(model, batch, micro, config, temperature, top_p,
                                                              entropy_grad=config.entropy_coef > 0)  # fmt: skip
@@ -285,7 +321,10 @@ def train(
                 )
             if world > 1:  # every rank now holds the one-process gradient and sums
                 sums = sum_update(model.parameters(), sums)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            if sharded:
+                grad_norm = clip_grad_norm(model.parameters(), config.max_grad_norm)
+            else:
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             failpoint("train:update")
             mean = {key: value / max(n_tokens, 1) for key, value in sums.items()}
@@ -309,7 +348,15 @@ def train(
         model.gradient_checkpointing_disable()
     model.eval()
     # every update row carries the round's mismatch, so a reused training table still has it
-    return [{**m, "sampler_kl": sampler_kl} for m in metrics], optimizer.state_dict()
+    state = whole_optimizer_state(optimizer.state_dict()) if sharded else optimizer.state_dict()
+    return [{**m, "sampler_kl": sampler_kl} for m in metrics], state
+
+
+def _idle_pass(model, batch, rows, config, temperature, top_p) -> None:
+    """A forward and backward that adds nothing (loss × 0): a sharded model's rank with fewer micro-batches
+    than another takes part in the other's collectives (all-gathers, reduce-scatters) with it."""
+    logp, _, _, _ = rows_logprobs(model, batch, rows, config, temperature, top_p)
+    (logp.sum() * 0.0).backward()
 
 
 def rows_logprobs(

@@ -23,6 +23,9 @@ class EngineResource(dg.ConfigurableResource):
     train_processes: int = 1
     """Training processes per node under torchrun (`assets.train_worker`, one GPU each on CUDA); 1 trains
     in the asset's own process."""
+    train_sharding: str = "replicated"
+    """With train_processes > 1: "replicated" (every rank the whole model) or "fsdp" (its blocks split across
+    the ranks, for a model that does not fit one device: `creditline.distributed.shard_blocks`)."""
 
     def load(
         self, checkpoint: str | Path, settings: RolloutSettings, content_hash: str | None = None

@@ -4,6 +4,7 @@ mean-reduced gradient from the right one."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -90,24 +91,33 @@ def _differences(a, b):
     return params, metrics
 
 
+@pytest.mark.parametrize("sharding", ["replicated", "fsdp"])
 @pytest.mark.parametrize("rows", ["all", "five"])
-def test_two_gloo_ranks_under_torchrun_take_the_one_process_update(round_files, tmp_path, rows):
+def test_two_gloo_ranks_under_torchrun_take_the_one_process_update(round_files, tmp_path, rows, sharding):
+    """Replicated (every rank the whole model) and FSDP (each block's parameters, gradients and moments
+    split in two): the same update as one process. With five rows, rank 1 has no row in the last minibatch,
+    so under FSDP it runs idle passes to meet rank 0's collectives (a missing one hangs, a wrong one shows)."""
     config, paths = round_files
     paths = paths if rows == "all" else {**paths, **paths["five"]}
     expected = _train_in_process(config, paths)
     command = torchrun_command(
         sys.executable, 2, parent=paths["parent"], steps=paths["steps"], advantages=paths["advantages"],
         config=paths["config"], round_=2, output=tmp_path / "policy",
-        optimizer_state=paths["parent"] / OPTIMIZER_FILE, reference=paths["reference"],
+        optimizer_state=paths["parent"] / OPTIMIZER_FILE, reference=paths["reference"], sharding=sharding,
     )  # fmt: skip
     done = subprocess.run([*command, "--metrics", str(tmp_path / "metrics.json")], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    if sharding == "fsdp":  # the blocks really were split: rank 0 holds half of their elements
+        held, whole = map(int, re.search(r"rank 0 holds (\d+) of (\d+) block", done.stderr).groups())
+        assert held == whole // 2
     model, _ = load_policy(tmp_path / "policy")
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert [m["rows"] for m in metrics[:3]] == ([128, 128, 128] if rows == "all" else [2, 2, 1])
     params, metric = _differences((_parameters(model), metrics), expected)
-    print(f"2 ranks vs 1 ({rows} rows): max |Δ parameter| {params:.2e}, max |Δ metric| {metric:.2e}")
+    print(
+        f"2 {sharding} ranks vs 1 ({rows} rows): max |Δ parameter| {params:.2e}, max |Δ metric| {metric:.2e}"
+    )
     assert params <= 1e-5 and metric <= 1e-5
     # the parameters moved (by ~lr per update), so agreeing to 1e-5 is not agreeing by standing still
     start, _ = load_policy(paths["parent"])
@@ -141,8 +151,8 @@ def test_the_comparison_sees_a_lost_row_and_a_mean_reduced_gradient(round_files)
 
 
 def test_the_checkpoint_asset_on_two_processes_writes_the_one_process_checkpoint(tmp_path):
-    """Round 1 through Dagster with `train_processes` = 1, then its checkpoint again with 2 (torchrun through
-    Pipes): the same parameters and training table to 1e-5. The content hashes differ: the float sums of
+    """Round 1 through Dagster with `train_processes` = 1, then its checkpoint again with 2 FSDP ranks (torchrun
+    through Pipes, the blocks split across the ranks): the same parameters and training table to 1e-5. The content hashes differ: the float sums of
     the gradients are added in another order, so the safetensors bytes are not bit-identical.
 
     A fresh AdamW's first step is lr·g/(|g| + ε): for a gradient element near ε in size, summation-order
@@ -157,7 +167,8 @@ def test_the_checkpoint_asset_on_two_processes_writes_the_one_process_checkpoint
     def materialize(instance, processes, selection):
         resources = {"lineage": LineageResource(data_root=str(tmp_path)),
                      "tracker": TrackerResource(data_root=str(tmp_path)),
-                     "engine": EngineResource(train_processes=processes)}  # fmt: skip
+                     "engine": EngineResource(train_processes=processes,
+                                              train_sharding="fsdp" if processes > 1 else "replicated")}  # fmt: skip
         result = dg.materialize(ROUND_ASSETS, selection=selection, partition_key=key, instance=instance,
                                 resources=resources)  # fmt: skip
         assert result.success
