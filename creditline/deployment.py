@@ -23,6 +23,10 @@ bench/server_profile.py), except that training on several processes sums gradien
     processes = 2                                               # torchrun ranks per training step
     sharding = "fsdp"                                           # replicated | fsdp (blocks split across ranks)
 
+    [generation]
+    endpoints = ["http://gen-0:8000", "http://gen-1:8000"]      # `vllm serve` replicas, data parallel
+    model = "policy"                                            # the name they serve (--served-model-name)
+
     [storage]
     uri = "s3://bucket/creditline"                              # every artifact published here before its record
     options = {endpoint_url = "http://minio:9000"}              # fsspec options; credentials from the environment
@@ -73,6 +77,12 @@ class Deployment:
     train_sharding: str = "replicated"
     """[training] sharding: "replicated" (every rank holds the whole model) or "fsdp" (each transformer block's
     parameters, gradients and optimiser moments split across the ranks: `creditline.distributed`)."""
+    generation_endpoints: tuple[str, ...] = ()
+    """[generation] endpoints: base URLs of OpenAI-compatible servers (`vllm serve` with VLLM_SERVER_DEV_MODE=1,
+    or `creditline serve`) that generate every round's rollouts and evaluations as data-parallel replicas,
+    reloading each round's checkpoint (`creditline.engines.endpoints`); empty: the experiment's own engine."""
+    generation_model: str = "policy"
+    """[generation] model: the model name the replicas serve."""
     storage_uri: str = ""
     """[storage] uri: an fsspec URI every recorded artifact is published under (`creditline.store.objects`);
     empty: the data root only."""
@@ -93,6 +103,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "lineage": {"catalog": "catalog"},
     "tracking": {"uri": "tracking_uri"},
     "training": {"processes": "train_processes", "sharding": "train_sharding"},
+    "generation": {"endpoints": "generation_endpoints", "model": "generation_model"},
     "storage": {"uri": "storage_uri", "options": "storage_options"},
 }
 
@@ -118,6 +129,8 @@ def load_deployment(path: str | os.PathLike[str] | None = None) -> Deployment:
                 raise DeploymentError(f"deployment {source}: [{section}] has no field {key!r} "
                                       f"(known: {', '.join(_SECTIONS[section])})")  # fmt: skip
             (dagster if section == "dagster" else values)[_SECTIONS[section][key]] = value
+    if isinstance(values.get("generation_endpoints"), list):
+        values["generation_endpoints"] = tuple(values["generation_endpoints"])
     deployment = Deployment(source=source, dagster=DagsterSettings(**dagster), **values)
     _check(deployment)
     return deployment
@@ -130,7 +143,8 @@ def _check(deployment: Deployment) -> None:
     for where, value in (("[dagster] postgres_url", deployment.dagster.postgres_url),
                          ("[dagster] executor", deployment.dagster.executor),
                          ("[lineage] catalog", deployment.catalog), ("[tracking] uri", deployment.tracking_uri),
-                         ("[storage] uri", deployment.storage_uri)):  # fmt: skip
+                         ("[storage] uri", deployment.storage_uri),
+                         ("[generation] model", deployment.generation_model)):  # fmt: skip
         if not isinstance(value, str):
             fail(where, f"must be a string, not {value!r}")
     for where, value, low in (("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
@@ -142,6 +156,13 @@ def _check(deployment: Deployment) -> None:
     if deployment.storage_uri and not deployment.catalog:
         fail("[storage] uri", "needs [lineage] catalog on Postgres: a DuckDB file would stay locked for every upload, "
                               "and workers on other machines could not reach it")  # fmt: skip
+    endpoints = deployment.generation_endpoints
+    if not isinstance(endpoints, tuple) or not all(
+        isinstance(url, str) and url.startswith(("http://", "https://")) for url in endpoints
+    ):
+        fail("[generation] endpoints", f"must be a list of http(s):// URLs, not {endpoints!r}")
+    if len(set(endpoints)) != len(endpoints):
+        fail("[generation] endpoints", "names a replica twice")
     if deployment.train_sharding not in SHARDINGS:
         fail("[training] sharding", f"{deployment.train_sharding!r} is not one of {', '.join(SHARDINGS)}")
     if deployment.train_sharding == "fsdp" and deployment.train_processes < 2:

@@ -11,6 +11,19 @@ Routes (vLLM's paths; the OpenAI ones under `/v1`, vLLM's own at the root):
     POST /inference/v1/generate        tokens in, tokens out (verifiers 0.4.0's training client)
     POST /tokenize                     messages or a prompt to ids
 
+With `VLLM_SERVER_DEV_MODE=1` in the environment (vLLM's gate for its development routes: an integer, non-zero
+enables them), the two routes a client needs to switch a running replica to another checkpoint of the same
+architecture, as vLLM 0.32 answers them (vllm/entrypoints/serve/dev/rpc/api_router.py, dev/cache/api_router.py):
+
+    POST /collective_rpc               {"method": "reload_weights", "kwargs": {"weights_path": FOLDER}} ->
+                                       {"results": [null]}; the engine is rebuilt from FOLDER (a torch engine)
+                                       or reloads its weights in place (a vLLM engine), under the engine lock
+    POST /reset_prefix_cache           {"success": true} (these engines keep no KV cache between requests)
+
+Only `reload_weights` is implemented (vLLM's workers answer any method; this server has none to call), with
+`weights_path` (default: the folder served now) and `is_checkpoint_format` true; a FOLDER whose config.json
+differs from the served one's (beyond `transformers_version`, `_name_or_path`, `dtype`) is refused with a 400.
+
 Engines are not thread-safe and a `TorchEngine` samples a batch's rows from one generator, so requests
 are answered one at a time (a lock around each engine call, run off the event loop); throughput at scale
 comes from serving with `--engine vllm` or from `vllm serve` itself. Requests without a `seed` take
@@ -22,10 +35,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
@@ -51,14 +66,38 @@ class _RequestCounter:
         return seed
 
 
-def build_app(server: serving.PolicyServer, seed: int = 0) -> Starlette:
-    """The ASGI app answering vLLM's routes with `server`'s engine; `seed` is the server's `--seed`."""
-    engine_lock, counter = threading.Lock(), _RequestCounter(seed)
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+"""The environment variable that enables vLLM's development routes (here: the weight reload ones)."""
+
+_NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype"})
+"""config.json fields that may differ between checkpoints of one architecture (a trainer's save rewrites them)."""
+
+
+def dev_mode() -> bool:
+    """Whether `VLLM_SERVER_DEV_MODE` enables the development routes, read as vLLM reads it (`bool(int(...))`)."""
+    value = os.environ.get(DEV_MODE_ENV, "0")
+    try:
+        return bool(int(value))
+    except ValueError:
+        raise ValueError(f"{DEV_MODE_ENV} must be an integer (0 or 1), got {value!r}") from None
+
+
+class _Served:
+    """The policy being served now: `/collective_rpc` `reload_weights` replaces it, under the engine lock."""
+
+    def __init__(self, server: serving.PolicyServer):
+        self.server = server
+
+
+def build_app(server: serving.PolicyServer, seed: int = 0, dev_routes: bool | None = None) -> Starlette:
+    """The ASGI app answering vLLM's routes with `server`'s engine; `seed` is the server's `--seed`.
+    `dev_routes` adds the weight reload routes (None: when `VLLM_SERVER_DEV_MODE` says so, as vLLM does)."""
+    engine_lock, counter, served = threading.Lock(), _RequestCounter(seed), _Served(server)
 
     def seeded(answer):
         def call(body: dict) -> dict:
             with engine_lock:
-                return answer(server, body, counter.next_seed())
+                return answer(served.server, body, counter.next_seed())
 
         return call
 
@@ -66,6 +105,12 @@ def build_app(server: serving.PolicyServer, seed: int = 0) -> Starlette:
         tokens = body.get("tokens") if isinstance(body, dict) else None
         ids = prompt_token_ids(server_.tokenizer, tokens, field="tokens", batch=False)[0]
         return serving.chat_completion(server_, body, fallback, prompt_ids=ids)
+
+    def collective_rpc(body: dict) -> dict:
+        folder = reload_weights_path(body, served.server.folder)
+        with engine_lock:
+            served.server = reload_policy(served.server, folder)
+        return {"results": [None]}  # one worker, whose reload_weights returns None
 
     def post(answer):
         async def endpoint(request: Request) -> Response:
@@ -88,7 +133,10 @@ def build_app(server: serving.PolicyServer, seed: int = 0) -> Starlette:
         return Response(status_code=200)
 
     async def models(request: Request) -> Response:
-        return JSONResponse(serving.models(server))
+        return JSONResponse(serving.models(served.server))
+
+    async def reset_prefix_cache(request: Request) -> Response:
+        return JSONResponse({"success": True})  # the engines keep no KV cache between requests
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -97,9 +145,71 @@ def build_app(server: serving.PolicyServer, seed: int = 0) -> Starlette:
         Route("/v1/chat/completions/tokens", post(seeded(chat_tokens)), methods=["POST"]),
         Route("/v1/completions", post(seeded(serving.completion)), methods=["POST"]),
         Route("/inference/v1/generate", post(seeded(serving.generate_tokens)), methods=["POST"]),
-        Route("/tokenize", post(lambda body: serving.tokenize(server, body)), methods=["POST"]),
+        Route("/tokenize", post(lambda body: serving.tokenize(served.server, body)), methods=["POST"]),
     ]
+    if dev_mode() if dev_routes is None else dev_routes:
+        routes += [
+            Route("/collective_rpc", post(collective_rpc), methods=["POST"]),
+            Route("/reset_prefix_cache", reset_prefix_cache, methods=["POST"]),
+        ]
     return Starlette(routes=routes)
+
+
+def reload_weights_path(body, served_folder: str) -> str:
+    """The folder a `/collective_rpc` body asks to reload from: vLLM's `{"method", "args", "kwargs"}`, with
+    `method` "reload_weights" and `kwargs.weights_path` (default: the folder served now)."""
+    if not isinstance(body, dict):
+        raise RequestError("Request body must be a JSON object")
+    method, args, kwargs = body.get("method"), body.get("args") or [], body.get("kwargs") or {}
+    if method is None:
+        raise RequestError("Missing 'method' in request body", "method")
+    if method != "reload_weights":
+        raise RequestError(
+            f"collective_rpc: this server implements only 'reload_weights', not {method!r}", "method"
+        )
+    if args or not isinstance(kwargs, dict):
+        raise RequestError("reload_weights takes keyword arguments only: {'weights_path': FOLDER}", "args")
+    unknown = sorted(set(kwargs) - {"weights_path", "is_checkpoint_format"})
+    if unknown:
+        raise RequestError(f"reload_weights: unknown arguments {unknown}", "kwargs")
+    if kwargs.get("is_checkpoint_format", True) is not True:
+        raise RequestError("reload_weights: only checkpoint-format weights (a checkpoint folder) can be loaded",
+                           "kwargs.is_checkpoint_format")  # fmt: skip
+    folder = kwargs.get("weights_path") or served_folder
+    if not isinstance(folder, str) or not folder:
+        raise RequestError("reload_weights: weights_path must be a checkpoint folder", "kwargs.weights_path")
+    return folder
+
+
+def reload_policy(server: serving.PolicyServer, folder: str | Path) -> serving.PolicyServer:
+    """`server` serving the weights of `folder`, a checkpoint of the same architecture (vLLM's `reload_weights`):
+    a torch engine is rebuilt from the folder on its device, a vLLM engine reloads its weights in place."""
+    from creditline.engines.torch_engine import TorchEngine
+    from creditline.policy import load_tokenizer
+
+    new = _architecture(Path(folder))
+    if server.folder:
+        old = _architecture(Path(server.folder))
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        if changed:
+            raise RequestError(f"reload_weights: {folder} is not a checkpoint of the served architecture "
+                               f"(config.json differs in {changed})", "kwargs.weights_path")  # fmt: skip
+    engine = server.engine
+    if isinstance(engine, TorchEngine):
+        engine = TorchEngine.from_checkpoint(folder, engine.device)
+    elif callable(getattr(engine, "load", None)):
+        engine.load(folder)
+    else:
+        raise RequestError(f"reload_weights: a {type(engine).__name__} cannot load new weights", "method")
+    return replace(server, engine=engine, tokenizer=load_tokenizer(folder), folder=str(folder))
+
+
+def _architecture(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise RequestError(f"reload_weights: {folder} is not a checkpoint folder (no config.json)",
+                           "kwargs.weights_path")  # fmt: skip
+    return {k: v for k, v in json.loads(path.read_text()).items() if k not in _NOT_ARCHITECTURE}
 
 
 def _error(exc: RequestError) -> JSONResponse:

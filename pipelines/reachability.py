@@ -33,6 +33,20 @@ def check_reachable(deployment: Deployment) -> None:
         _mlflow(deployment, deployment.tracking_uri)
     if deployment.storage_uri:
         _storage(deployment)
+    for url in deployment.generation_endpoints:
+        _endpoint(deployment, url)
+
+
+def _endpoint(deployment: Deployment, url: str) -> None:
+    """A generation replica answers `/v1/models` (vLLM's and `creditline serve`'s model list)."""
+    try:
+        with urllib.request.urlopen(
+            f"{url.rstrip('/').removesuffix('/v1')}/v1/models", timeout=TIMEOUT_S
+        ) as answer:
+            answer.read()
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise StoreUnreachable(deployment, "[generation] endpoints", url, str(reason)) from None
 
 
 def _postgres(deployment: Deployment, setting: str, uri: str) -> None:

@@ -21,7 +21,10 @@ def deployed_resources(data_root: str, deployment: Deployment | None = None) -> 
         ),  # fmt: skip
         "tracker": TrackerResource(data_root=data_root, tracking_uri=deployment.tracking_uri),
         "engine": EngineResource(
-            train_processes=deployment.train_processes, train_sharding=deployment.train_sharding
+            train_processes=deployment.train_processes,
+            train_sharding=deployment.train_sharding,
+            generation_endpoints=list(deployment.generation_endpoints),
+            generation_model=deployment.generation_model,
         ),
     }
 

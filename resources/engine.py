@@ -2,7 +2,8 @@
 
 The experiment config chooses the engine kind ("torch" or "vllm") and the device; a deployment can
 override the device (e.g. run the same experiment on `cuda` on a GPU node) without editing the config,
-and choose how many processes train a round (`train_processes`): the update is the same on any number
+send generation to running OpenAI-compatible replicas (`generation_endpoints`), and choose how many processes
+train a round (`train_processes`): the update is the same on any number
 up to float summation order (`creditline.distributed`: the same parameters to ~1e-7, not the same bytes), so
 it is a property of the machine, not of the experiment or its config hash.
 """
@@ -27,9 +28,21 @@ class EngineResource(dg.ConfigurableResource):
     """With train_processes > 1: "replicated" (every rank the whole model) or "fsdp" (its blocks split across
     the ranks, for a model that does not fit one device: `creditline.distributed.shard_blocks`)."""
 
+    generation_endpoints: list[str] = []
+    """Non-empty: OpenAI-compatible replicas generate instead of the experiment's engine (data parallel; each
+    reloads the checkpoint, which must be on a filesystem they share: `creditline.engines.endpoints`)."""
+    generation_model: str = "policy"
+    """The model name the replicas serve."""
+
     def load(
         self, checkpoint: str | Path, settings: RolloutSettings, content_hash: str | None = None
     ) -> Engine:
         """An engine for `checkpoint`; given its recorded `content_hash`, the process's last engine for it is reused."""
+        if self.generation_endpoints:
+            from creditline.engines.endpoints import EndpointsEngine
+
+            return EndpointsEngine.for_checkpoint(
+                self.generation_endpoints, checkpoint, content_hash, model_name=self.generation_model
+            )
         device = self.device_override or settings.device
         return make_engine(settings.engine, checkpoint, device, settings.vllm_settings(), content_hash)

@@ -47,8 +47,26 @@ def test_the_example_deployment_reads_as_written(monkeypatch):
         ("[dagster]\nexecutor = 'threads'\n", "[dagster] executor 'threads' is not one of in_process"),
         ("[dagster]\ngpus = 0\n", "[dagster] gpus must be a whole number ≥ 1, not 0"),
         ("[training]\nprocesses = '2'\n", "[training] processes must be a whole number ≥ 1, not '2'"),
-        ("[training]\nprocesses = 2\nsharding = 'zero3'\n", "[training] sharding 'zero3' is not one of replicated"),
-        ("[training]\nsharding = 'fsdp'\n", "[training] sharding fsdp splits the model across [training] processes"),
+        (
+            "[training]\nprocesses = 2\nsharding = 'zero3'\n",
+            "[training] sharding 'zero3' is not one of replicated",
+        ),
+        (
+            "[generation]\nendpoints = 'http://a:8000'\n",
+            "[generation] endpoints must be a list of http(s):// URLs",
+        ),
+        (
+            "[generation]\nendpoints = ['a:8000']\n",
+            "[generation] endpoints must be a list of http(s):// URLs",
+        ),
+        (
+            "[generation]\nendpoints = ['http://a', 'http://a']\n",
+            "[generation] endpoints names a replica twice",
+        ),
+        (
+            "[training]\nsharding = 'fsdp'\n",
+            "[training] sharding fsdp splits the model across [training] processes",
+        ),
         (
             "[lineage]\ncatalog = 'mysql://u:pw@h/db'\n",
             "[lineage] catalog must be a postgresql:// URI, not 'mysql://u:***@h/db'",

@@ -45,6 +45,22 @@ def test_an_unreachable_store_is_one_line_naming_it(tmp_path, section, value, na
     assert not data_root.exists() or not any(data_root.iterdir())
 
 
+def test_an_unreachable_generation_replica_is_one_line_naming_it(tmp_path):
+    port = free_port()  # nothing listens there
+    deployment = tmp_path / "deployment.toml"
+    deployment.write_text(f'[generation]\nendpoints = ["http://127.0.0.1:{port}"]\n')
+    data_root = tmp_path / "data"
+    env = {**os.environ, "CREDITLINE_DEPLOYMENT": str(deployment), "CREDITLINE_DATA_ROOT": str(data_root)}
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", "--rounds", "1"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: deployment {deployment}: [generation] endpoints http://127.0.0.1:{port} is unreachable"
+    )
+    assert not data_root.exists() or not any(data_root.iterdir())
+
+
 @pytest.mark.parametrize("endpoint", ["refuses", "never answers"])
 def test_an_unreachable_object_store_is_one_line_naming_it(tmp_path, postgres, endpoint):
     """The catalog answers, the S3 endpoint does not: the line names [storage], and the process ends once it is
