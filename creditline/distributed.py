@@ -62,9 +62,10 @@ def sum_update(parameters: Iterable[torch.nn.Parameter], sums: dict[str, float])
     A rank without a gradient for a parameter (no rows in this minibatch) adds zeros; a parameter with
     no gradient on any rank keeps None, as in one process (AdamW skips it).
     """
-    params = [p for p in parameters if p.requires_grad and not isinstance(p, DTensor)]  # FSDP sums the shards
+    trained = [p for p in parameters if p.requires_grad]
+    params = [p for p in trained if not isinstance(p, DTensor)]  # FSDP has summed the shards already
     if not params:  # every parameter sharded: only the metric sums remain
-        values = torch.tensor(list(sums.values()), dtype=torch.float64)
+        values = torch.tensor(list(sums.values()), dtype=torch.float64, device=trained[0].device)
         dist.all_reduce(values)
         return dict(zip(sums, values.tolist(), strict=True))
     # one small reduce first: the metric sums, then per parameter the number of ranks holding a gradient
@@ -112,17 +113,23 @@ def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) ->
     element, a shard's squares summed over the ranks (each element is on exactly one rank) and a whole
     gradient's counted once; every gradient scaled by min(1, max_norm / (norm + 1e-6)). Returns the norm."""
     grads = [p.grad for p in parameters if p.grad is not None]
-    shard_squares = sum((g.to_local().double().pow(2).sum() for g in grads if isinstance(g, DTensor)),
-                        torch.zeros((), dtype=torch.float64))  # fmt: skip
+    if not grads:
+        return torch.zeros(())
+    local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+    shard_squares = torch.zeros((), dtype=torch.float64, device=local[0].device)
+    whole_squares = torch.zeros((), dtype=torch.float64, device=local[0].device)
+    for g, part in zip(grads, local, strict=True):
+        if isinstance(g, DTensor):
+            shard_squares += part.double().pow(2).sum()
+        else:
+            whole_squares += part.double().pow(2).sum()
     if dist.is_initialized():
-        shard_squares = shard_squares.to(grads[0].device)
         dist.all_reduce(shard_squares)
-    whole_squares = sum(float(g.double().pow(2).sum()) for g in grads if not isinstance(g, DTensor))
-    norm = (shard_squares.cpu() + whole_squares).sqrt().float()
+    norm = (shard_squares + whole_squares).sqrt()
     scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-    for g in grads:
-        (g.to_local() if isinstance(g, DTensor) else g).mul_(scale.to(g.device))
-    return norm
+    for part in local:
+        part.mul_(scale.to(part.dtype))
+    return norm.float().cpu()
 
 
 def sharded_optimizer_state(state: dict, parameters: list[torch.nn.Parameter]) -> dict:
