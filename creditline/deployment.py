@@ -26,6 +26,7 @@ bench/server_profile.py), except that training on several processes sums gradien
     [generation]
     endpoints = ["http://gen-0:8000", "http://gen-1:8000"]      # `vllm serve` replicas, data parallel
     model = "policy"                                            # the name they serve (--served-model-name)
+    tensor_parallel_size = 2                                    # vLLM in the step's process: GPUs per engine
 
     [storage]
     uri = "s3://bucket/creditline"                              # every artifact published here before its record
@@ -83,6 +84,9 @@ class Deployment:
     reloading each round's checkpoint (`creditline.engines.endpoints`); empty: the experiment's own engine."""
     generation_model: str = "policy"
     """[generation] model: the model name the replicas serve."""
+    tensor_parallel_size: int = 0
+    """[generation] tensor_parallel_size: GPUs an in-process vLLM engine spans on these machines (the experiment's
+    `rollouts.tensor_parallel_size` otherwise); 0: the experiment's."""
     storage_uri: str = ""
     """[storage] uri: an fsspec URI every recorded artifact is published under (`creditline.store.objects`);
     empty: the data root only."""
@@ -103,7 +107,11 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "lineage": {"catalog": "catalog"},
     "tracking": {"uri": "tracking_uri"},
     "training": {"processes": "train_processes", "sharding": "train_sharding"},
-    "generation": {"endpoints": "generation_endpoints", "model": "generation_model"},
+    "generation": {
+        "endpoints": "generation_endpoints",
+        "model": "generation_model",
+        "tensor_parallel_size": "tensor_parallel_size",
+    },
     "storage": {"uri": "storage_uri", "options": "storage_options"},
 }
 
@@ -150,7 +158,8 @@ def _check(deployment: Deployment) -> None:
     for where, value, low in (("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
                               ("[dagster] gpus", deployment.dagster.gpus, 1),
                               ("[dagster] max_concurrent_runs", deployment.dagster.max_concurrent_runs, 1),
-                              ("[training] processes", deployment.train_processes, 1)):  # fmt: skip
+                              ("[training] processes", deployment.train_processes, 1),
+                              ("[generation] tensor_parallel_size", deployment.tensor_parallel_size, 0)):  # fmt: skip
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             fail(where, f"must be a whole number ≥ {low}, not {value!r}")
     if deployment.storage_uri and not deployment.catalog:

@@ -25,6 +25,7 @@ def deployed_resources(data_root: str, deployment: Deployment | None = None) -> 
             train_sharding=deployment.train_sharding,
             generation_endpoints=list(deployment.generation_endpoints),
             generation_model=deployment.generation_model,
+            tensor_parallel_size=deployment.tensor_parallel_size,
         ),
     }
 

@@ -10,6 +10,7 @@ it is a property of the machine, not of the experiment or its config hash.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
@@ -34,6 +35,16 @@ class EngineResource(dg.ConfigurableResource):
     generation_model: str = "policy"
     """The model name the replicas serve."""
 
+    tensor_parallel_size: int = 0
+    """vLLM: GPUs one engine spans on this deployment's machines; 0: the experiment's `rollouts.tensor_parallel_size`."""
+
+    def vllm_settings(self, settings: RolloutSettings):
+        """The experiment's vLLM settings, with this deployment's tensor parallelism where it sets one."""
+        vllm = settings.vllm_settings()
+        if self.tensor_parallel_size:
+            vllm = replace(vllm, tensor_parallel_size=self.tensor_parallel_size)
+        return vllm
+
     def load(
         self, checkpoint: str | Path, settings: RolloutSettings, content_hash: str | None = None
     ) -> Engine:
@@ -45,4 +56,4 @@ class EngineResource(dg.ConfigurableResource):
                 self.generation_endpoints, checkpoint, content_hash, model_name=self.generation_model
             )
         device = self.device_override or settings.device
-        return make_engine(settings.engine, checkpoint, device, settings.vllm_settings(), content_hash)
+        return make_engine(settings.engine, checkpoint, device, self.vllm_settings(settings), content_hash)

@@ -64,6 +64,10 @@ def test_the_example_deployment_reads_as_written(monkeypatch):
             "[generation] endpoints names a replica twice",
         ),
         (
+            "[generation]\ntensor_parallel_size = -1\n",
+            "[generation] tensor_parallel_size must be a whole number ≥ 0",
+        ),
+        (
             "[training]\nsharding = 'fsdp'\n",
             "[training] sharding fsdp splits the model across [training] processes",
         ),
@@ -88,3 +92,18 @@ def test_passwords_never_reach_a_message():
     assert redact("postgresql://me:secret@db:5432/x") == "postgresql://me:***@db:5432/x"
     assert redact("postgresql://me@db/x") == "postgresql://me@db/x"
     assert redact("http://mlflow:5000") == "http://mlflow:5000"
+
+
+def test_the_deployments_tensor_parallelism_overrides_the_experiments(tmp_path):
+    """A property of the machines, not of the experiment: the resource's vLLM settings take the deployment's
+    tensor_parallel_size, and keep the experiment's when the deployment sets none."""
+    from creditline.config import RolloutSettings
+    from resources import deployed_resources
+
+    path = tmp_path / "deployment.toml"
+    path.write_text("[generation]\ntensor_parallel_size = 4\n")
+    experiment = RolloutSettings(tensor_parallel_size=2, gpu_memory_utilization=0.7)
+    deployed = deployed_resources(str(tmp_path), load_deployment(path))["engine"].vllm_settings(experiment)
+    local = deployed_resources(str(tmp_path), Deployment())["engine"].vllm_settings(experiment)
+    assert (deployed.tensor_parallel_size, deployed.gpu_memory_utilization) == (4, 0.7)
+    assert (local.tensor_parallel_size, local.gpu_memory_utilization) == (2, 0.7)
