@@ -272,6 +272,15 @@ class LineageStore:
         self.transaction(work)
         return stored
 
+    def _copy_problems(self, record: ArtifactRecord) -> list[Problem]:
+        """What is wrong with `record`'s copies: its published object, and its local copy (which, for a published
+        artifact, may be absent: a machine fetches only what it reads)."""
+        published = self.objects is not None and "object" in record.meta
+        found = [check_object(self.objects, record)] if published else []
+        if not (published and not os.path.exists(record.path)):
+            found.append(check_on_disk(record))
+        return [problem for problem in found if problem is not None]
+
     def ensure_local(self, record: ArtifactRecord) -> ArtifactRecord:
         """`record`, its bytes on this machine's disk: fetched from object storage into place (hash-checked) when
         they are missing here and the record names an object. Otherwise nothing happens; a missing file with no
@@ -476,8 +485,10 @@ class LineageStore:
         such as the initial policy). "orphan_edge": an edge whose child hash no artifact carries, whose
         parent is one of the experiment's artifacts or is unrecorded too (a deleted row, an edited hash).
         Temp files of dead writers belong to the data root, not to the catalog: ``orphans.orphan_problems``.
+        With ``objects``, an artifact published there is checked there too ("object_missing",
+        "object_changed": its whole bytes re-hashed); its local copy is then a cache, checked when present.
         """
-        problems = [p for record in self.artifacts(experiment) if (p := check_on_disk(record))]
+        problems = [p for record in self.artifacts(experiment) for p in self._copy_problems(record)]
         found = self.transaction(lambda con: {kind: con.execute(sql, [experiment]).fetchall()
                                        for kind, sql in _EDGE_CHECKS.items()})  # fmt: skip
         for kind, rows in found.items():
@@ -553,6 +564,19 @@ def hashed_folder(folder: str | Path) -> tuple[str, dict]:
     manifest = directory_manifest(folder)
     trusted = {FINGERPRINT: before} if stat_fingerprint(folder) == before else {}
     return manifest_hash(manifest), {MANIFEST: manifest, **trusted}
+
+
+def check_object(objects: ObjectStore, record: ArtifactRecord) -> Problem | None:
+    """An "object_missing" or "object_changed" problem if the record's published object no longer holds its content."""
+    uri = record.meta["object"]
+    found = objects.check(uri, record.content_hash)
+    if found is None:
+        return None
+    kind, actual = found
+    where = _describe(record.experiment, record.round, record.kind, record.variant)
+    detail = (f"{where} ({record.content_hash[:12]}): object {uri} does not exist" if actual is None
+              else f"{where}: object {uri} hashes to {actual[:12]}, recorded {record.content_hash[:12]}")  # fmt: skip
+    return Problem(kind, uri, record.content_hash, actual, detail)
 
 
 def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None:

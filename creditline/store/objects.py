@@ -113,6 +113,20 @@ class ObjectStore:
             else:
                 temporary.unlink(missing_ok=True)
 
+    def check(self, uri: str, content_hash: str) -> tuple[str, str | None] | None:
+        """None if the object at `uri` holds bytes hashing to `content_hash`; else ("object_missing", None) or
+        ("object_changed", the hash its bytes have). Reads the whole object (into a temporary folder)."""
+        import tempfile
+
+        if not self.filesystem().exists(uri):
+            return "object_missing", None
+        with tempfile.TemporaryDirectory(prefix="creditline-check-") as tmp:
+            try:
+                self.fetch(uri, content_hash, Path(tmp) / "object")
+            except ObjectChanged as changed:
+                return "object_changed", changed.found
+        return None
+
     def fetch(self, uri: str, content_hash: str, destination: str | os.PathLike[str]) -> Path:
         """Download the artifact at `uri` into `destination` and check that its bytes hash to `content_hash`."""
         fs, destination = self.filesystem(), Path(destination)
@@ -127,7 +141,13 @@ class ObjectStore:
             fs.get_file(uri, str(destination))
         found = hash_path(destination)
         if found != content_hash:
-            raise ValueError(
-                f"object {uri}: its bytes hash to {found[:12]}, the record says {content_hash[:12]}"
-            )
+            raise ObjectChanged(uri, content_hash, found)
         return destination
+
+
+class ObjectChanged(ValueError):
+    """An object whose bytes no longer hash to its record's content hash."""
+
+    def __init__(self, uri: str, expected: str, found: str):
+        super().__init__(f"object {uri}: its bytes hash to {found[:12]}, the record says {expected[:12]}")
+        self.found = found

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 ProblemKind = Literal[
     "missing", "changed", "dangling", "edge_missing", "edge_extra", "orphan_edge", "orphan",
-    "incomplete", "uncommitted", "tracking",
+    "incomplete", "uncommitted", "tracking", "object_missing", "object_changed",
 ]  # fmt: skip
 """What ``LineageStore.verify`` found (see ``Problem.kind``)."""
 
@@ -121,7 +121,9 @@ class Problem:
     "dangling": an edge's parent hash is carried by no artifact; "edge_missing": an artifact's declared
     parent has no edge (a deleted edge); "edge_extra": an edge that no artifact with the child's hash
     declares (an added edge); "orphan_edge": an edge whose child hash no artifact carries (its row was
-    deleted or its hash edited); "orphan": a temp file or folder left by a writer that died."""
+    deleted or its hash edited); "orphan": a temp file or folder left by a writer that died;
+    "object_missing" / "object_changed": the artifact's published object (`meta["object"]`) is gone, or its
+    bytes hash differently than recorded."""
     path: str
     """The artifact's path; for the edge kinds the child's path ("orphan_edge": the parent's, or "" if
     unknown); for "orphan", the temp file or folder."""

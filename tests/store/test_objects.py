@@ -123,3 +123,26 @@ def test_without_an_object_a_missing_file_is_left_for_the_readers_check(tmp_path
     Path(table.path).unlink()
     assert store.ensure_local(store.artifact("exp", 1, "steps")).path == table.path
     assert not Path(table.path).exists()
+
+
+def test_verify_re_hashes_the_objects_and_takes_a_missing_local_copy_for_a_cache(objects, tmp_path):
+    """The objects are the shared copy: `verify` names an object whose bytes changed and one that is gone,
+    although both local copies are intact (a local re-hash alone would call the store clean); a local copy
+    that is absent while its object is sound is no problem (a machine fetches only what it reads)."""
+    store = LineageStore(tmp_path / "lineage.duckdb", objects=objects)
+    table, folder = _artifacts(Path(objects.data_root))
+    table_uri = store.record_artifact(table, []).meta["object"]
+    folder_uri = store.record_artifact(folder, []).meta["object"]
+    assert store.verify("exp") == []
+    Path(table.path).rename(tmp_path / "elsewhere.parquet")  # gone here, sound in the store
+    assert store.verify("exp") == []
+    Path(tmp_path / "elsewhere.parquet").rename(table.path)
+    fs = objects.filesystem()
+    fs.pipe(table_uri, b"not the parquet file")
+    fs.rm(folder_uri, recursive=True)
+    problems = {p.kind: p for p in store.verify("exp")}
+    assert set(problems) == {"object_changed", "object_missing"}
+    changed, missing = problems["object_changed"], problems["object_missing"]
+    assert changed.path == table_uri and changed.expected_hash == table.content_hash
+    assert changed.actual_hash not in (None, table.content_hash) and "exp/1/steps" in changed.detail
+    assert missing.path == folder_uri and missing.actual_hash is None and "does not exist" in missing.detail
