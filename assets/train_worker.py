@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         with _pipes(rank) as pipes:
             if args.sharding == "fsdp":  # whole on the CPU, then 1/W of each block on this rank's device
                 model, tokenizer = load_policy(args.parent, "cpu")
-                blocks = shard_blocks(model)
+                blocks = shard_blocks(model, device)
                 model.to(device)
                 if rank == 0:
                     print(f"fsdp: {blocks} blocks sharded across {world} ranks; rank 0 holds "

@@ -85,10 +85,12 @@ def sum_update(parameters: Iterable[torch.nn.Parameter], sums: dict[str, float])
     return dict(zip(sums, values[: len(sums)], strict=True))
 
 
-def shard_blocks(model: torch.nn.Module) -> int:
-    """Shard every transformer block of `model` across the process group's ranks (FSDP2), in place; return
-    how many. The blocks are the modules whose class HF names in `model._no_split_modules` (LlamaDecoderLayer,
-    Qwen2DecoderLayer, ...): the units HF itself never splits across devices."""
+def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> int:
+    """Shard every transformer block of `model` across the process group's ranks (FSDP2), in place, each rank's
+    shards on its `device` (`process_group`'s); return how many blocks. The blocks are the modules whose class HF
+    names in `model._no_split_modules` (LlamaDecoderLayer, Qwen2DecoderLayer, ...): the units HF itself never
+    splits across devices."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     names = set(getattr(model, "_no_split_modules", None) or ())
@@ -96,8 +98,12 @@ def shard_blocks(model: torch.nn.Module) -> int:
     if not blocks:
         raise ValueError(f"{type(model).__name__} names no transformer blocks (_no_split_modules): "
                          "it cannot be sharded; train it with sharding \"replicated\"")  # fmt: skip
+    # named, not FSDP's default (the machine's accelerator): gloo ranks on a GPU host keep their shards on the CPU
+    mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
     for block in blocks:
-        fully_shard(block, reshard_after_forward=True)  # each block is a root: whole only while it runs
+        fully_shard(
+            block, mesh=mesh, reshard_after_forward=True
+        )  # each block is a root: whole only while it runs
         # the SUM over ranks, as `sum_update` (FSDP's default is the mean), as a plain SUM (gloo has no PREMUL_SUM)
         block.set_gradient_divide_factor(1.0)
         block.set_force_sum_reduction_for_comms(True)
@@ -148,20 +154,31 @@ def sharded_optimizer_state(state: dict, parameters: list[torch.nn.Parameter]) -
     return {**state, "state": laid_out}
 
 
-def whole_optimizer_state(state: dict) -> dict:
-    """`sharded_optimizer_state`'s inverse: every shard all-gathered to the whole tensor on the CPU (a
-    collective: every rank calls it), so a sharded run saves what one process would."""
+def whole_optimizer_state(state: dict) -> dict | None:
+    """`sharded_optimizer_state`'s inverse: every shard all-gathered to the whole tensor (a collective: every rank
+    calls it), so a sharded run saves what one process would. Kept, on the CPU, by rank 0 only (None elsewhere):
+    W whole copies of the moments in one host's memory would defeat sharding."""
+    keep = dist.get_rank() == 0
     whole = {}
     for index in sorted(state["state"]):
-        whole[index] = {key: value.full_tensor().cpu() if isinstance(value, DTensor) else value
-                        for key, value in state["state"][index].items()}  # fmt: skip
-    return {**state, "state": whole}
+        entry = {}
+        for key, value in state["state"][index].items():
+            gathered = value.full_tensor() if isinstance(value, DTensor) else value
+            entry[key] = gathered.cpu() if keep else None
+        whole[index] = entry
+    return {**state, "state": whole} if keep else None
 
 
-def whole_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's state dict with every shard all-gathered (a collective: every rank calls it), on the CPU."""
-    return {name: (value.full_tensor() if isinstance(value, DTensor) else value).cpu()
-            for name, value in model.state_dict().items()}  # fmt: skip
+def whole_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The model's state dict with every shard all-gathered (a collective: every rank calls it); rank 0 keeps it
+    on the CPU, the other ranks get None."""
+    keep = dist.get_rank() == 0
+    whole = {}
+    for name, value in model.state_dict().items():
+        gathered = value.full_tensor() if isinstance(value, DTensor) else value
+        if keep:
+            whole[name] = gathered.cpu()
+    return whole if keep else None
 
 
 def sum_rows(table: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -45,7 +45,7 @@ def update_policy(
         device = next(model.parameters()).device
         if is_sharded(model):  # π_ref sharded like π_θ (a model that needs sharding needs it twice)
             reference, _ = load_policy(reference_policy, "cpu")
-            shard_blocks(reference)
+            shard_blocks(reference, device)
             reference.to(device)
         else:
             reference, _ = load_policy(reference_policy, str(device))

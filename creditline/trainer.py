@@ -266,9 +266,9 @@ def train(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     sharded = is_sharded(model)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
+    # sharded: the per-tensor AdamW (CUDA's default multi-tensor one cannot mix DTensor blocks and whole tensors)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
+                                  weight_decay=config.weight_decay, foreach=False if sharded else None)  # fmt: skip
     if optimizer_state is not None:
         if sharded:
             optimizer_state = sharded_optimizer_state(optimizer_state, list(model.parameters()))

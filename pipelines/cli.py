@@ -639,9 +639,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.debug:  # MLflow announces its database migrations on stderr (read when mlflow is imported)
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
-        check_reachable(
-            load_deployment()
-        )  # a server that is down: one line naming it, before anything is written
+        if args.func is not cmd_serve:  # a replica being started is one of the endpoints, not yet up
+            # a server that is down: one line naming it, before anything is written
+            check_reachable(load_deployment(), generation=args.func is cmd_run)
         return args.func(args)
     except KeyboardInterrupt:
         print("interrupted: a round left incomplete is completed by `creditline run` again", file=sys.stderr)

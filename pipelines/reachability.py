@@ -23,8 +23,9 @@ class StoreUnreachable(ConnectionError):
         )
 
 
-def check_reachable(deployment: Deployment) -> None:
-    """Raise `StoreUnreachable` for the first server of `deployment` that does not answer (none: local profile)."""
+def check_reachable(deployment: Deployment, generation: bool = True) -> None:
+    """Raise `StoreUnreachable` for the first server of `deployment` that does not answer (none: local profile);
+    the generation replicas only with `generation` (commands that generate: a replica down does not stop `verify`)."""
     for setting, uri in (("[dagster] postgres_url", deployment.dagster.postgres_url),
                          ("[lineage] catalog", deployment.catalog)):  # fmt: skip
         if uri:
@@ -33,16 +34,17 @@ def check_reachable(deployment: Deployment) -> None:
         _mlflow(deployment, deployment.tracking_uri)
     if deployment.storage_uri:
         _storage(deployment)
-    for url in deployment.generation_endpoints:
+    for url in deployment.generation_endpoints if generation else ():
         _endpoint(deployment, url)
 
 
 def _endpoint(deployment: Deployment, url: str) -> None:
     """A generation replica answers `/v1/models` (vLLM's and `creditline serve`'s model list)."""
+    direct = urllib.request.build_opener(
+        urllib.request.ProxyHandler({})
+    )  # as the engine: never through a proxy
     try:
-        with urllib.request.urlopen(
-            f"{url.rstrip('/').removesuffix('/v1')}/v1/models", timeout=TIMEOUT_S
-        ) as answer:
+        with direct.open(f"{url.rstrip('/').removesuffix('/v1')}/v1/models", timeout=TIMEOUT_S) as answer:
             answer.read()
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)

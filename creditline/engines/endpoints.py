@@ -7,8 +7,15 @@ the sampled tokens' log-probs out. For those to be the trainer's numbers, start 
 `--logprobs-mode processed_logprobs` (what `VLLMEngine` asks of its in-process engine).
 
 Seeding: row `i` of a call seeded `s` is its own request, seeded `derive_seed(s, i)` (`VLLMEngine`'s rule; vLLM
-seeds each request's own generator), so a row's completion depends on its prompt, `s` and `i` only: not on how
-many replicas there are nor on which one answers it.
+seeds each request's own generator), so which replica answers a row, and how many there are, does not choose
+its random draws. Its numbers are another matter: `creditline serve` answers one request at a time, so a row's
+completion is the same on any replica set (what the tests check); `vllm serve` batches concurrent requests, and
+its kernels' float sums may depend on the batch, so the same row can differ in its last bits, and now and then
+in a token, between runs (unless vLLM runs batch-invariant).
+
+One experiment at a time per replica set: a step reloads every replica at its start, so two experiments (or two
+rounds' steps at once) sharing replicas would switch each other's weights mid-generation, which nothing here
+detects. Give each concurrently running experiment its own replicas.
 
 Replica contract, vLLM 0.32's routes (`url` is a base URL such as http://10.0.0.5:8000; a trailing /v1 is dropped):
 
@@ -110,11 +117,10 @@ class EndpointsEngine:
         """Make every replica serve the weights of `folder`, a checkpoint of the architecture they serve.
 
         The replicas read the folder themselves: it must be on a filesystem they share with this process, at
-        the same absolute path. A no-op when `load` last gave them this folder recorded as the same
-        `content_hash`; without a hash the folder is reloaded every time (it may have been rewritten)."""
+        the same absolute path. Every call reloads, even a folder this process loaded last: a replica may have
+        been restarted, or reloaded by another process, since (a step costs one reload; nothing here can ask a
+        replica which weights it holds). `content_hash` is kept in `loaded` for the record."""
         path = str(Path(folder).resolve())
-        if content_hash is not None and self.loaded == (path, content_hash):
-            return
         self.eos_token_id = _eos_token_id(path)
         self.loaded = None  # until every replica has reloaded
         self._on_replicas([(r, self._reload, (url, path)) for r, url in enumerate(self.urls)])

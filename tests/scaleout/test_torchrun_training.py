@@ -69,12 +69,15 @@ def round_files(tmp_path_factory, tiny_policy_dir):
     return config, paths
 
 
-def _train_in_process(config, paths):
-    """The 1-process update of round 2, on the tables as read back from Parquet (as the worker reads them)."""
+def _train_in_process(config, paths, optimizer_state=None):
+    """The 1-process update of round 2, on the tables as read back from Parquet (as the worker reads them); its
+    optimiser state is put in `optimizer_state` (a dict) when one is given."""
     model, tokenizer = load_policy(paths["parent"])
     steps, advantages = read_parquet(paths["steps"]), read_parquet(paths["advantages"])
-    metrics, _ = train_policy(model, tokenizer, steps, advantages, config, 2,
-                              load_optimizer_state(paths["parent"]), paths["reference"])  # fmt: skip
+    metrics, state = train_policy(model, tokenizer, steps, advantages, config, 2,
+                                  load_optimizer_state(paths["parent"]), paths["reference"])  # fmt: skip
+    if optimizer_state is not None:
+        optimizer_state.update(state)
     return _parameters(model), metrics
 
 
@@ -99,7 +102,8 @@ def test_two_gloo_ranks_under_torchrun_take_the_one_process_update(round_files, 
     so under FSDP it runs idle passes to meet rank 0's collectives (a missing one hangs, a wrong one shows)."""
     config, paths = round_files
     paths = paths if rows == "all" else {**paths, **paths["five"]}
-    expected = _train_in_process(config, paths)
+    expected_state = {}
+    expected = _train_in_process(config, paths, expected_state)
     command = torchrun_command(
         sys.executable, 2, parent=paths["parent"], steps=paths["steps"], advantages=paths["advantages"],
         config=paths["config"], round_=2, output=tmp_path / "policy",
@@ -124,6 +128,13 @@ def test_two_gloo_ranks_under_torchrun_take_the_one_process_update(round_files, 
     assert _differences((_parameters(model), metrics), (_parameters(start), metrics))[0] > 1e-3
     state = torch.load(tmp_path / "policy" / OPTIMIZER_FILE, weights_only=True)
     assert all(s["step"] == 6 + len(metrics) for s in state["state"].values())  # round 1's 6 updates + these
+    # the moments saved whole, in the one-process layout (FSDP gathers its shards): the next round resumes alike
+    assert state["state"].keys() == expected_state["state"].keys()
+    for index, moments in state["state"].items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            ours, theirs = moments[key], expected_state["state"][index][key]
+            assert ours.shape == theirs.shape
+            assert float((ours - theirs).abs().max()) <= 1e-4 * max(float(theirs.abs().max()), 1e-12)
 
 
 def test_the_comparison_sees_a_lost_row_and_a_mean_reduced_gradient(round_files):

@@ -89,3 +89,20 @@ def test_an_unreachable_object_store_is_one_line_naming_it(tmp_path, postgres, e
     assert len(lines) == 1 and lines[0].startswith(
         f"error: deployment {deployment}: [storage] uri s3://bucket/prefix is unreachable"
     )
+
+
+def test_serve_and_verify_do_not_wait_for_the_generation_replicas(tmp_path):
+    """`serve` may be starting one of the replicas the deployment names, and `verify` needs none: a replica that
+    is down stops only `run`. Here `verify` goes on to its own answer (the experiment is unknown)."""
+    port = free_port()
+    deployment = tmp_path / "deployment.toml"
+    deployment.write_text(f'[generation]\nendpoints = ["http://127.0.0.1:{port}"]\n')
+    env = {
+        **os.environ,
+        "CREDITLINE_DEPLOYMENT": str(deployment),
+        "CREDITLINE_DATA_ROOT": str(tmp_path / "data"),
+    }
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "verify", "--experiment", "nothing"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "unreachable" not in done.stderr
+    assert "--experiment 'nothing'" in done.stderr
