@@ -80,9 +80,10 @@ class VLLMEngine:
             engine.load(folder, content_hash)
         return engine
 
-    def load(self, folder: str | Path, content_hash: str | None = None) -> None:
-        """Wake up with the weights of `folder` (a checkpoint of the same architecture)."""
-        if (str(folder), content_hash) == (self.folder, self.content_hash) and not self.asleep:
+    def load(self, folder: str | Path, content_hash: str | None = None, force: bool = False) -> None:
+        """Wake up with the weights of `folder` (a checkpoint of the same architecture); without `force`, a no-op
+        when awake with this folder recorded as this `content_hash`."""
+        if not force and (str(folder), content_hash) == (self.folder, self.content_hash) and not self.asleep:
             return
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
