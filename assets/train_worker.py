@@ -31,7 +31,7 @@ from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pi
 from torch.distributed.tensor import DTensor
 
 from creditline.config import from_dict
-from creditline.distributed import SHARDINGS, process_group, rank_and_size, shard_blocks, whole_state_dict
+from creditline.distributed import SHARDINGS, process_group, rank_and_size, whole_state_dict
 from creditline.policy import load_policy, save_policy
 from creditline.round import train_policy
 from creditline.store import read_parquet, write_json_atomic
@@ -73,16 +73,10 @@ def main(argv: list[str] | None = None) -> None:
     with process_group(args.device or config.rollouts.device) as device:
         rank, world = rank_and_size()
         with _pipes(rank) as pipes:
-            if args.sharding == "fsdp":  # whole on the CPU, then 1/W of each block on this rank's device
-                model, tokenizer = load_policy(args.parent, "cpu")
-                blocks = shard_blocks(model, device)
-                model.to(device)
-                if rank == 0:
-                    print(f"fsdp: {blocks} blocks sharded across {world} ranks; rank 0 holds "
-                          f"{_held_block_elements(model)} of {_block_elements(model)} block parameter elements",
-                          file=sys.stderr, flush=True)  # fmt: skip
-            else:
-                model, tokenizer = load_policy(args.parent, device)
+            model, tokenizer = load_policy(args.parent, device, sharded=args.sharding == "fsdp")
+            if args.sharding == "fsdp" and rank == 0:
+                print(f"fsdp: sharded across {world} ranks; rank 0 holds {_held_block_elements(model)} of "
+                      f"{_block_elements(model)} block parameter elements", file=sys.stderr, flush=True)  # fmt: skip
             steps, advantages = read_parquet(args.steps), read_parquet(args.advantages)
             state = None
             if args.optimizer_state:

@@ -25,7 +25,7 @@ the head on its own, outside the model's forward, so it cannot be an FSDP unit) 
 as before. FSDP reduce-scatters the blocks' gradients in every backward, with the SUM (divide factor 1), so
 a block's gradient shard is the same sum as in the replicated path. Because every all-gather is a
 collective, every rank must run the same number of forward and backward passes: the trainer pads a rank's
-micro-batches with passes whose loss is multiplied by 0 (`lockstep_micro_batches`). The result is the
+micro-batches with passes whose loss is multiplied by 0 (`creditline.trainer.rank_micro_batches`). The result is the
 one-process update to float summation order, as for the replicated path (tests/scaleout/test_torchrun_training.py).
 
 Without an initialised process group (or with W = 1) the trainer calls `rank_and_size` alone: the
@@ -64,13 +64,9 @@ def sum_update(parameters: Iterable[torch.nn.Parameter], sums: dict[str, float])
     """
     trained = [p for p in parameters if p.requires_grad]
     params = [p for p in trained if not isinstance(p, DTensor)]  # FSDP has summed the shards already
-    if not params:  # every parameter sharded: only the metric sums remain
-        values = torch.tensor(list(sums.values()), dtype=torch.float64, device=trained[0].device)
-        dist.all_reduce(values)
-        return dict(zip(sums, values.tolist(), strict=True))
     # one small reduce first: the metric sums, then per parameter the number of ranks holding a gradient
     head = [*sums.values(), *(float(p.grad is not None) for p in params)]
-    head_sum = torch.tensor(head, dtype=torch.float64, device=params[0].device)  # (K + P,)
+    head_sum = torch.tensor(head, dtype=torch.float64, device=trained[0].device)  # (K + P,)
     dist.all_reduce(head_sum)
     values = head_sum.tolist()
     summed = [p for p, ranks in zip(params, values[len(sums) :], strict=True) if ranks > 0]
@@ -85,9 +81,9 @@ def sum_update(parameters: Iterable[torch.nn.Parameter], sums: dict[str, float])
     return dict(zip(sums, values[: len(sums)], strict=True))
 
 
-def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> int:
+def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> None:
     """Shard every transformer block of `model` across the process group's ranks (FSDP2), in place, each rank's
-    shards on its `device` (`process_group`'s); return how many blocks. The blocks are the modules whose class HF
+    shards on its `device` (`process_group`'s). The blocks are the modules whose class HF
     names in `model._no_split_modules` (LlamaDecoderLayer, Qwen2DecoderLayer, ...): the units HF itself never
     splits across devices."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -107,7 +103,6 @@ def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> int:
         # the SUM over ranks, as `sum_update` (FSDP's default is the mean), as a plain SUM (gloo has no PREMUL_SUM)
         block.set_gradient_divide_factor(1.0)
         block.set_force_sum_reduction_for_comms(True)
-    return len(blocks)
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -155,29 +150,27 @@ def sharded_optimizer_state(state: dict, parameters: list[torch.nn.Parameter]) -
 
 
 def whole_optimizer_state(state: dict) -> dict | None:
-    """`sharded_optimizer_state`'s inverse: every shard all-gathered to the whole tensor (a collective: every rank
-    calls it), so a sharded run saves what one process would. Kept, on the CPU, by rank 0 only (None elsewhere):
-    W whole copies of the moments in one host's memory would defeat sharding."""
-    keep = dist.get_rank() == 0
-    whole = {}
-    for index in sorted(state["state"]):
-        entry = {}
-        for key, value in state["state"][index].items():
-            gathered = value.full_tensor() if isinstance(value, DTensor) else value
-            entry[key] = gathered.cpu() if keep else None
-        whole[index] = entry
-    return {**state, "state": whole} if keep else None
+    """`sharded_optimizer_state`'s inverse, so a sharded run saves what one process would: every moment whole, on
+    rank 0 (`_gathered_on_rank_0`; None on the other ranks)."""
+    whole = {index: _gathered_on_rank_0(state["state"][index]) for index in sorted(state["state"])}
+    return {**state, "state": whole} if dist.get_rank() == 0 else None
 
 
 def whole_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
-    """The model's state dict with every shard all-gathered (a collective: every rank calls it); rank 0 keeps it
-    on the CPU, the other ranks get None."""
+    """The model's state dict, every shard gathered whole, on rank 0 (None on the other ranks)."""
+    return _gathered_on_rank_0(model.state_dict())
+
+
+def _gathered_on_rank_0(tensors: dict) -> dict | None:
+    """Every DTensor of `tensors` all-gathered whole (a collective: every rank calls it, in the same order);
+    rank 0 keeps the values on the CPU, the others drop each as soon as it is gathered (W whole copies in one
+    host's memory would defeat sharding) and get None."""
     keep = dist.get_rank() == 0
     whole = {}
-    for name, value in model.state_dict().items():
+    for key, value in tensors.items():
         gathered = value.full_tensor() if isinstance(value, DTensor) else value
         if keep:
-            whole[name] = gathered.cpu()
+            whole[key] = gathered.cpu() if isinstance(gathered, torch.Tensor) else gathered
     return whole if keep else None
 
 

@@ -83,14 +83,22 @@ def build_tiny_policy(
     return Path(folder)
 
 
-def load_policy(folder: str | Path, device: str = "cpu") -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
-    """Load any HF causal-LM checkpoint folder (the built-in one or a user's model)."""
+def load_policy(
+    folder: str | Path, device: str = "cpu", sharded: bool = False
+) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+    """Load any HF causal-LM checkpoint folder (the built-in one or a user's model). `sharded` (a torchrun rank):
+    read whole on the CPU, then each block split across the ranks, this rank's part on `device`
+    (`creditline.distributed.shard_blocks`), so no device ever holds the whole model."""
     folder = Path(folder)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder} is not a HF checkpoint folder (no config.json)")
     tokenizer = load_tokenizer(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
-    return model, tokenizer
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    if sharded:
+        from creditline.distributed import shard_blocks
+
+        shard_blocks(model, device)
+    return model.to(device), tokenizer
 
 
 def save_policy(

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from creditline.config import ExperimentConfig
-from creditline.distributed import is_sharded, shard_blocks
+from creditline.distributed import is_sharded
 from creditline.ids import derive_seed
 from creditline.policy import load_policy
 from creditline.trainer import pack, score, train
@@ -42,13 +42,9 @@ def update_policy(
     if config.train.kl_coef > 0:
         if reference_policy is None:
             raise ValueError("[train] kl_coef > 0 needs a reference policy")
-        device = next(model.parameters()).device
-        if is_sharded(model):  # π_ref sharded like π_θ (a model that needs sharding needs it twice)
-            reference, _ = load_policy(reference_policy, "cpu")
-            shard_blocks(reference, device)
-            reference.to(device)
-        else:
-            reference, _ = load_policy(reference_policy, str(device))
+        # π_ref sharded like π_θ: a model that needs sharding needs it twice
+        device = str(next(model.parameters()).device)
+        reference, _ = load_policy(reference_policy, device, sharded=is_sharded(model))
         batch = replace(
             batch, reference_logprobs=score(reference.eval(), batch, temperature, config.train, top_p)
         )

@@ -197,11 +197,13 @@ def reload_policy(server: serving.PolicyServer, folder: str | Path) -> serving.P
     engine = server.engine
     if isinstance(engine, TorchEngine):
         engine = TorchEngine.from_checkpoint(folder, engine.device)
+        tokenizer = engine.tokenizer  # the one it loaded with the weights
     elif callable(getattr(engine, "load", None)):  # a VLLMEngine: the same folder may hold new weights
         engine.load(folder, force=True)
+        tokenizer = load_tokenizer(folder)
     else:
         raise RequestError(f"reload_weights: a {type(engine).__name__} cannot load new weights", "method")
-    return replace(server, engine=engine, tokenizer=load_tokenizer(folder), folder=str(folder))
+    return replace(server, engine=engine, tokenizer=tokenizer, folder=str(folder))
 
 
 def _architecture(folder: Path) -> dict:

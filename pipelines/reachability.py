@@ -39,16 +39,10 @@ def check_reachable(deployment: Deployment, generation: bool = True) -> None:
 
 
 def _endpoint(deployment: Deployment, url: str) -> None:
-    """A generation replica answers `/v1/models` (vLLM's and `creditline serve`'s model list)."""
-    direct = urllib.request.build_opener(
-        urllib.request.ProxyHandler({})
-    )  # as the engine: never through a proxy
-    try:
-        with direct.open(f"{url.rstrip('/').removesuffix('/v1')}/v1/models", timeout=TIMEOUT_S) as answer:
-            answer.read()
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise StoreUnreachable(deployment, "[generation] endpoints", url, str(reason)) from None
+    """A generation replica answers `/v1/models` (vLLM's and `creditline serve`'s model list), reached directly
+    as the engine reaches it, never through an HTTP proxy named in the environment."""
+    models = f"{url.rstrip('/').removesuffix('/v1')}/v1/models"
+    _http_get(deployment, "[generation] endpoints", url, models, proxies={})
 
 
 def _postgres(deployment: Deployment, setting: str, uri: str) -> None:
@@ -61,12 +55,19 @@ def _postgres(deployment: Deployment, setting: str, uri: str) -> None:
 
 
 def _mlflow(deployment: Deployment, uri: str) -> None:
+    _http_get(deployment, "[tracking] uri", uri, f"{uri.rstrip('/')}/health")
+
+
+def _http_get(deployment: Deployment, setting: str, uri: str, url: str, proxies: dict | None = None) -> None:
+    """GET `url` (the server `setting` names as `uri`), or `StoreUnreachable`; `proxies` {}: none, None: the
+    environment's."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
     try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=TIMEOUT_S) as response:
+        with opener.open(url, timeout=TIMEOUT_S) as response:
             response.read()
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise StoreUnreachable(deployment, "[tracking] uri", uri, str(reason)) from None
+        raise StoreUnreachable(deployment, setting, uri, str(reason)) from None
 
 
 def _storage(deployment: Deployment) -> None:

@@ -277,7 +277,7 @@ class LineageStore:
         artifact, may be absent: a machine fetches only what it reads)."""
         published = self.objects is not None and "object" in record.meta
         found = [check_object(self.objects, record)] if published else []
-        if not (published and not os.path.exists(record.path)):
+        if os.path.exists(record.path) or not published:
             found.append(check_on_disk(record))
         return [problem for problem in found if problem is not None]
 
@@ -569,14 +569,15 @@ def hashed_folder(folder: str | Path) -> tuple[str, dict]:
 def check_object(objects: ObjectStore, record: ArtifactRecord) -> Problem | None:
     """An "object_missing" or "object_changed" problem if the record's published object no longer holds its content."""
     uri = record.meta["object"]
-    found = objects.check(uri, record.content_hash)
-    if found is None:
+    actual = objects.content_hash(uri)
+    if actual == record.content_hash:
         return None
-    kind, actual = found
     where = _describe(record.experiment, record.round, record.kind, record.variant)
-    detail = (f"{where} ({record.content_hash[:12]}): object {uri} does not exist" if actual is None
-              else f"{where}: object {uri} hashes to {actual[:12]}, recorded {record.content_hash[:12]}")  # fmt: skip
-    return Problem(kind, uri, record.content_hash, actual, detail)
+    if actual is None:
+        detail = f"{where} ({record.content_hash[:12]}): object {uri} does not exist"
+        return Problem("object_missing", uri, record.content_hash, None, detail)
+    detail = f"{where}: object {uri} hashes to {actual[:12]}, recorded {record.content_hash[:12]}"
+    return Problem("object_changed", uri, record.content_hash, actual, detail)
 
 
 def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None:

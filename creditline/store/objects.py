@@ -21,6 +21,7 @@ import itertools
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,41 +114,34 @@ class ObjectStore:
             else:
                 temporary.unlink(missing_ok=True)
 
-    def check(self, uri: str, content_hash: str) -> tuple[str, str | None] | None:
-        """None if the object at `uri` holds bytes hashing to `content_hash`; else ("object_missing", None) or
-        ("object_changed", the hash its bytes have). Reads the whole object (into a temporary folder)."""
-        import tempfile
-
+    def content_hash(self, uri: str) -> str | None:
+        """What the bytes of the artifact at `uri` hash to now (read whole, into a temporary folder); None when
+        there is no object there."""
         if not self.filesystem().exists(uri):
-            return "object_missing", None
+            return None
         with tempfile.TemporaryDirectory(prefix="creditline-check-") as tmp:
-            try:
-                self.fetch(uri, content_hash, Path(tmp) / "object")
-            except ObjectChanged as changed:
-                return "object_changed", changed.found
-        return None
+            return hash_path(self._download(uri, Path(tmp) / "object"))
 
     def fetch(self, uri: str, content_hash: str, destination: str | os.PathLike[str]) -> Path:
         """Download the artifact at `uri` into `destination` and check that its bytes hash to `content_hash`."""
-        fs, destination = self.filesystem(), Path(destination)
+        destination = self._download(uri, Path(destination))
+        found = hash_path(destination)
+        if found != content_hash:
+            raise ValueError(
+                f"object {uri}: its bytes hash to {found[:12]}, the record says {content_hash[:12]}"
+            )
+        return destination
+
+    def _download(self, uri: str, destination: Path) -> Path:
+        """The file or folder at `uri` copied to `destination` (a killed upload's temporary keys left out)."""
+        fs = self.filesystem()
         if fs.isdir(uri):
             for key in fs.find(uri):
-                if not _TEMPORARY.match(key):  # not a killed upload's temporary key
+                if not _TEMPORARY.match(key):
                     rel = _relative(fs, uri, key)
                     (destination / rel).parent.mkdir(parents=True, exist_ok=True)
                     fs.get_file(key, str(destination / rel))
         else:
             destination.parent.mkdir(parents=True, exist_ok=True)
             fs.get_file(uri, str(destination))
-        found = hash_path(destination)
-        if found != content_hash:
-            raise ObjectChanged(uri, content_hash, found)
         return destination
-
-
-class ObjectChanged(ValueError):
-    """An object whose bytes no longer hash to its record's content hash."""
-
-    def __init__(self, uri: str, expected: str, found: str):
-        super().__init__(f"object {uri}: its bytes hash to {found[:12]}, the record says {expected[:12]}")
-        self.found = found
