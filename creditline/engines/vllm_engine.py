@@ -86,8 +86,11 @@ class VLLMSettings:
             enforce_eager=self.enforce_eager or self.on_cpu,
             logprobs_mode="processed_logprobs",
             worker_extension_cls=WORKER_EXTENSION,
-            **({} if self.on_cpu else {"gpu_memory_utilization": self.gpu_memory_utilization,
-                                       "enable_sleep_mode": True}),  # fmt: skip
+            **(
+                {}
+                if self.on_cpu
+                else {"gpu_memory_utilization": self.gpu_memory_utilization, "enable_sleep_mode": True}
+            ),  # fmt: skip
         )
 
 

@@ -70,7 +70,9 @@ def has_avx512() -> bool:
     return " avx512f" in text or "avx512f " in text
 
 
-def vllm_problems(initial_policy: str, rollouts: Mapping[str, Any], policy_field: str = "initial_policy") -> list:
+def vllm_problems(
+    initial_policy: str, rollouts: Mapping[str, Any], policy_field: str = "initial_policy"
+) -> list:
     """Problems of running `initial_policy` on the installed vLLM with the experiment's `rollouts` settings (the
     policy's problems are named as `policy_field`)."""
     from creditline.config_checks import Problem

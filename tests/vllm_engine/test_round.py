@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
+from e2e.cli import creditline
 
 from creditline.store import LineageStore, read_parquet
 from creditline.store.rounds import round_commits
-from e2e.cli import creditline
 
 from .conftest import DEVICE
 
@@ -69,7 +69,11 @@ def test_a_policy_vllm_cannot_run_here_is_refused_before_anything_is_registered(
     assert run.returncode == 2
     lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     if DEVICE == "cpu":
-        assert any('initial_policy = "builtin:tiny": has attention head size 16' in line for line in lines), run.stderr
-        assert any('rollouts.dtype = "bfloat16": must be "auto" or "float32" on a CPU' in line for line in lines)
+        assert any('initial_policy = "builtin:tiny": has attention head size 16' in line for line in lines), (
+            run.stderr
+        )
+        assert any(
+            'rollouts.dtype = "bfloat16": must be "auto" or "float32" on a CPU' in line for line in lines
+        )
     assert "Traceback" not in run.stderr
     assert not data.exists()  # nothing registered, nothing written
