@@ -61,7 +61,8 @@ VLLM_VERSION := $(shell sed -n 's/^vllm = \["vllm==\([0-9.]*\)"\]/\1/p' pyprojec
 	touch $@
 
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test
+install-test:  # the four venvs build side by side (mostly downloads)
+	$(MAKE) --no-print-directory -j4 $(VENV)/.installed-test
 
 run: install
 	$(BIN)/creditline run

@@ -95,7 +95,10 @@ class VLLMSettings:
 
 
 def import_vllm():
-    """The `vllm` module, or a RuntimeError whose one line names the extra to install."""
+    """The `vllm` module, or a RuntimeError whose one line names the extra to install. vLLM logs to stdout unless
+    told otherwise; its logs go to stderr here (and in its engine processes), where a command's stdout stays its
+    own (`creditline serve` announces its URL there)."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     try:
         import vllm
     except ImportError as exc:

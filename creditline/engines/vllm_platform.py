@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from creditline.engines.vllm_engine import VLLM_MISSING
+from creditline.engines.vllm_engine import VLLM_MISSING, import_vllm
 
 CPU_DTYPES = ("auto", "float32")
 
@@ -81,6 +81,7 @@ def vllm_problems(
         return []
     if importlib.util.find_spec("vllm") is None:
         return [Problem("rollouts.engine", "vllm", VLLM_MISSING)]
+    import_vllm()
     from vllm.platforms import current_platform
 
     device = rollouts.get("device", "cpu")

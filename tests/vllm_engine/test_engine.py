@@ -74,6 +74,8 @@ def test_a_groups_rows_differ_and_the_seed_reproduces_them(untied_engine, untied
 
 @pytest.mark.parametrize("kind", ["untied", "tied"])
 def test_one_engine_reloaded_over_three_rounds_gives_what_fresh_engines_give(request, kind):
+    """Rounds 1-3 reload into round 0's engine; a fresh engine is built on each round's checkpoint (for the untied
+    head, whose reload vLLM gets right by itself, on the last round's only: engine builds are the slow part)."""
     engine = request.getfixturevalue(f"{kind}_engine")
     folders = request.getfixturevalue(f"{kind}_checkpoints")
     rows = prompts(kind, folders[0])
@@ -81,6 +83,8 @@ def test_one_engine_reloaded_over_three_rounds_gives_what_fresh_engines_give(req
     for folder in folders[1:]:
         engine.load(folder, content_hash=folder.name)
         reloaded = engine.generate(rows, SAMPLED)
+        if kind == "untied" and folder != folders[-1]:
+            continue
         fresh_engine = VLLMEngine(folder, SETTINGS)
         try:
             fresh = fresh_engine.generate(rows, SAMPLED)
