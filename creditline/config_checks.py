@@ -282,7 +282,8 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
     if "initial_policy" in config:
         chat = rollouts.get("prompt_format") if rollouts.get("prompt_format") in CHAT_FORMATS else None
         problems += initial_policy_problems(config["initial_policy"], files=files, chat=chat)
-        if files and rollouts.get("engine") == "vllm":  # the machine's vLLM, not the config: only when loading
+        # the machine's vLLM, not the config: checked only when a config is loaded
+        if files and rollouts.get("engine") == "vllm":
             from creditline.engines.vllm_platform import vllm_problems
 
             problems += vllm_problems(config["initial_policy"], rollouts)
