@@ -35,6 +35,29 @@ DEFAULT_SNAPSHOT = json.loads("""
                                     "view": "relative"}},
  "branching": {"continuations": 2, "every": 2, "per_episode": 2, "points": "none", "token_budget": 0},
  "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
+ "rollouts": {"device": "cpu", "dtype": "auto", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
+              "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "stop": [], "tasks_per_round": 64,
+              "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
+ "reward_model": {"beta": 0.05, "epochs": 1, "learning_rate": 0.0003, "max_grad_norm": 1.0,
+                  "micro_batch_tokens": 16384, "minibatches": 4},
+ "rounds": 20, "rubric": "env", "seed": 0,
+ "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
+           "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
+           "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0},
+ "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": ""},
+ "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
+""")
+DEFAULT_HASH = "133f7402b82338fb"
+"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
+
+# The default as the seventh release registered it (hash 2c7a734251dcaedc): no vLLM dtype.
+RELEASE_7_SNAPSHOT = json.loads("""
+{"advantages": {"estimator": "gigpo", "filter_remove": 4,
+                "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}, "sample_filter": "none"},
+ "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
+                                    "view": "relative"}},
+ "branching": {"continuations": 2, "every": 2, "per_episode": 2, "points": "none", "token_budget": 0},
+ "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
  "rollouts": {"device": "cpu", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
               "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "stop": [], "tasks_per_round": 64,
               "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
@@ -47,8 +70,6 @@ DEFAULT_SNAPSHOT = json.loads("""
  "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": ""},
  "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
 """)
-DEFAULT_HASH = "2c7a734251dcaedc"
-"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
 # The default as the sixth release registered it (hash 04070c0a53888956): no step-reward model.
 RELEASE_6_SNAPSHOT = (
@@ -173,6 +194,7 @@ def test_the_default_config_is_unchanged_and_valid():
 @pytest.mark.parametrize(
     "earlier",
     [
+        RELEASE_7_SNAPSHOT,
         RELEASE_1_SNAPSHOT,
         RELEASE_2_SNAPSHOT,
         RELEASE_3_SNAPSHOT,
@@ -180,7 +202,7 @@ def test_the_default_config_is_unchanged_and_valid():
         RELEASE_5_SNAPSHOT,
         RELEASE_6_SNAPSHOT,
     ],
-    ids=["release-1", "release-2", "release-3", "release-4", "release-5", "release-6"],
+    ids=["release-7", "release-1", "release-2", "release-3", "release-4", "release-5", "release-6"],
 )
 def test_a_config_registered_by_an_earlier_release_reads_back_and_keeps_its_registration(earlier):
     assert from_dict(earlier) == ExperimentConfig()
@@ -261,7 +283,7 @@ BAD_CASES = {
     "estimator": ('[advantages]\nestimator = "ppo"', f'advantages.estimator = "ppo": {one_of(available())}'),
     "unknown key": (
         "[rollouts]\ngrup_size = 4",
-        "rollouts.grup_size = 4: unknown key (did you mean group_size?); known keys: device, enforce_eager, "
+        "rollouts.grup_size = 4: unknown key (did you mean group_size?); known keys: device, dtype, enforce_eager, "
         "engine, gpu_memory_utilization, group_size, max_new_tokens, prompt_format, stop, tasks_per_round, temperature, "
         "tensor_parallel_size, top_p",
     ),

@@ -1,0 +1,106 @@
+"""Rollout benchmark: the torch engine against vLLM on the same checkpoint and prompts, in one run.
+
+Three generators, each timed on the same B prompts, after one warm-up call, as the median of `--repeats`
+calls (tokens/s = completion tokens produced / wall seconds of the call):
+
+- torch engine: `TorchEngine` (transformers with a KV cache), what a round uses with `engine = "torch"`;
+- vLLM engine: `VLLMEngine.generate`, what a round uses with `engine = "vllm"` (a seed and the sampled
+  tokens' log-probs per row, processed log-probs);
+- raw vLLM: `LLM.generate` of the same engine on the same prompts with one `SamplingParams` and no log-probs,
+  the floor for what the round's path adds (goal: the round's path ≥ 90 % of it).
+
+The checkpoint is a random Qwen2 built here (`creditline.chat_policy`, BPE tokenizer trained on the maze's
+text): `--shape small` (4 layers, width 256, head size 32: a CPU finishes in a minute or two) or
+`--shape qwen2.5-0.5b` (Qwen2.5-0.5B's body: 24 layers, width 896, 14 heads of 64, 2 KV heads; its
+vocabulary is the tokenizer's). The device is CUDA when there is one, else the CPU (vLLM's x86 build).
+
+    .venv-vllm/bin/python bench/rollout.py [--shape small] [--rows 32] [--new-tokens 64] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus  # noqa: E402
+from creditline.config import EnvSettings  # noqa: E402
+from creditline.engines import SamplingParams, TorchEngine  # noqa: E402
+from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings  # noqa: E402
+from creditline.policy import load_tokenizer  # noqa: E402
+
+SHAPES = {
+    "small": ChatPolicyConfig(hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=2, intermediate_size=704,
+                              max_positions=1024, vocab_size=2048),
+    "qwen2.5-0.5b": ChatPolicyConfig(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
+                                     intermediate_size=4864, max_positions=2048, vocab_size=2048),
+}  # fmt: skip
+
+
+def tokens_per_second(generate, prompts, repeats: int) -> tuple[float, int]:
+    """(median tokens/s over `repeats` timed calls after one warm-up, tokens per call)."""
+    generate(prompts)
+    rates, produced = [], 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        produced = generate(prompts)
+        rates.append(produced / (time.perf_counter() - start))
+    return statistics.median(rates), produced
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = environment_corpus(EnvSettings().build, episodes=200, seed=0)
+        folder = build_chat_policy(Path(tmp) / "policy", corpus, SHAPES[args.shape])
+        tokenizer = load_tokenizer(folder)
+        prompts = [tokenizer.encode(text)[:48] for text in corpus[1 : 1 + args.rows]]  # B prompts
+        params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
+
+        torch_engine = TorchEngine.from_checkpoint(folder, device)
+        parameters = sum(p.numel() for p in torch_engine.model.parameters())
+        torch_rate, torch_tokens = tokens_per_second(
+            lambda p: sum(len(c.token_ids) for c in torch_engine.generate(p, params)), prompts, args.repeats
+        )
+        del torch_engine
+
+        engine = VLLMEngine(folder, VLLMSettings(device=device, gpu_memory_utilization=0.5))
+        round_rate, round_tokens = tokens_per_second(
+            lambda p: sum(len(c.token_ids) for c in engine.generate(p, params)), prompts, args.repeats
+        )
+        vllm = engine._vllm
+        raw_params = vllm.SamplingParams(temperature=1.0, max_tokens=args.new_tokens, seed=0)
+
+        def raw(p):
+            outputs = engine.llm.generate([engine._tokens_prompt(prompt_token_ids=x) for x in p], raw_params,
+                                          use_tqdm=False)  # fmt: skip
+            return sum(len(o.outputs[0].token_ids) for o in outputs)
+
+        raw_rate, raw_tokens = tokens_per_second(raw, prompts, args.repeats)
+        engine.close()
+
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} torch threads"
+    print(f"model: {args.shape} ({parameters / 1e6:.1f}M parameters, Qwen2, float32), device: {name}")
+    print(f"{len(prompts)} prompts × up to {args.new_tokens} new tokens, temperature 1.0; median of {args.repeats}")
+    print(f"torch engine:  {torch_rate:9.0f} tokens/s ({torch_tokens} tokens a call)")
+    print(f"vLLM engine:   {round_rate:9.0f} tokens/s ({round_tokens} tokens a call; VLLMEngine, as a round calls it)")
+    print(f"raw vLLM:      {raw_rate:9.0f} tokens/s ({raw_tokens} tokens a call; LLM.generate, no log-probs)")
+    print(f"vLLM / torch: {round_rate / torch_rate:.2f}×   round / raw vLLM: {round_rate / raw_rate:.2f} (goal ≥ 0.90)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""What the installed vLLM cannot run is one line each, before an engine is built or anything registered
+(`creditline.engines.vllm_platform`): a device its build does not target, a CPU without AVX-512, a dtype or
+head size its CPU kernels lack, an architecture it does not implement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from e2e.cli import creditline
+
+from creditline.engines import vllm_platform
+from creditline.engines.vllm_platform import vllm_problems
+
+from .conftest import DEVICE
+
+OTHER_DEVICE = "cuda" if DEVICE == "cpu" else "cpu"
+
+
+def lines(problems) -> list[str]:
+    return [problem.line() for problem in problems]
+
+
+def test_a_policy_the_platform_runs_has_no_problem(untied_checkpoints):
+    assert vllm_problems(str(untied_checkpoints[0]), {"engine": "vllm", "device": DEVICE}) == []
+    assert vllm_problems("builtin:chat", {"engine": "vllm", "device": DEVICE, "dtype": "float32"}) == []
+    assert vllm_problems("builtin:tiny", {"engine": "torch", "device": DEVICE}) == []
+
+
+def test_a_device_the_installed_build_does_not_target_is_one_line():
+    (line,) = lines(vllm_problems("builtin:chat", {"engine": "vllm", "device": OTHER_DEVICE}))
+    assert line.startswith(f'rollouts.device = "{OTHER_DEVICE}": the installed vLLM is its ')
+    assert line.endswith(f"build: it cannot run on {OTHER_DEVICE}")
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the CPU's own checks")
+def test_a_cpu_without_avx512_is_one_line(monkeypatch):
+    monkeypatch.setattr(vllm_platform, "has_avx512", lambda: False)
+    assert lines(vllm_problems("builtin:chat", {"engine": "vllm", "device": "cpu"})) == [
+        'rollouts.device = "cpu": vLLM\'s CPU build needs an x86 processor with AVX-512 (avx512f), which this one '
+        'lacks: use rollouts.engine = "torch"'
+    ]
+
+
+def test_an_architecture_vllm_does_not_implement_is_one_line(tmp_path):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["NoSuchModelForCausalLM"], "hidden_size": 64,
+                                                    "num_attention_heads": 2}))  # fmt: skip
+    assert lines(vllm_problems(str(folder), {"engine": "vllm", "device": DEVICE})) == [
+        f'initial_policy = "{folder}": is a NoSuchModelForCausalLM, which vLLM does not implement'
+    ]
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="head size 16 runs on a GPU")
+def test_serving_a_head_size_the_cpu_lacks_is_one_line_before_any_engine(tmp_path, tiny_policy_dir):
+    served = creditline(tmp_path / "data", "serve", "--engine", "vllm", "--policy", str(tiny_policy_dir))
+    assert served.returncode == 2 and "Traceback" not in served.stderr
+    errors = [line for line in served.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f'error: --engine vllm: --policy = "{tiny_policy_dir}": has attention head size 16, which '
+                      "vLLM's CPU attention lacks (it has 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)"]  # fmt: skip
