@@ -76,7 +76,7 @@ def main() -> None:
         torch_rate, torch_tokens = tokens_per_second(
             lambda p: sum(len(c.token_ids) for c in torch_engine.generate(p, params)), prompts, args.repeats
         )
-        del torch_engine
+        torch_engine = None  # its memory, before vLLM builds its engine
 
         engine = VLLMEngine(folder, VLLMSettings(device=device, gpu_memory_utilization=0.5))
         round_rate, round_tokens = tokens_per_second(
@@ -93,13 +93,21 @@ def main() -> None:
         raw_rate, raw_tokens = tokens_per_second(raw, prompts, args.repeats)
         engine.close()
 
-    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} torch threads"
+    name = (
+        torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} torch threads"
+    )
     print(f"model: {args.shape} ({parameters / 1e6:.1f}M parameters, Qwen2, float32), device: {name}")
-    print(f"{len(prompts)} prompts × up to {args.new_tokens} new tokens, temperature 1.0; median of {args.repeats}")
+    print(
+        f"{len(prompts)} prompts × up to {args.new_tokens} new tokens, temperature 1.0; median of {args.repeats}"
+    )
     print(f"torch engine:  {torch_rate:9.0f} tokens/s ({torch_tokens} tokens a call)")
-    print(f"vLLM engine:   {round_rate:9.0f} tokens/s ({round_tokens} tokens a call; VLLMEngine, as a round calls it)")
+    print(
+        f"vLLM engine:   {round_rate:9.0f} tokens/s ({round_tokens} tokens a call; VLLMEngine, as a round calls it)"
+    )
     print(f"raw vLLM:      {raw_rate:9.0f} tokens/s ({raw_tokens} tokens a call; LLM.generate, no log-probs)")
-    print(f"vLLM / torch: {round_rate / torch_rate:.2f}×   round / raw vLLM: {round_rate / raw_rate:.2f} (goal ≥ 0.90)")
+    print(
+        f"vLLM / torch: {round_rate / torch_rate:.2f}×   round / raw vLLM: {round_rate / raw_rate:.2f} (goal ≥ 0.90)"
+    )
 
 
 if __name__ == "__main__":
