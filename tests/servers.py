@@ -50,7 +50,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stop(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
+def stop_process(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
     try:
@@ -69,7 +69,7 @@ def _wait(ready, what: str, process: subprocess.Popen, log: Path, timeout_s: flo
         if ready():
             return
         time.sleep(0.2)
-    _stop(process)
+    stop_process(process)
     raise ServerUnavailable(f"{what} did not answer within {timeout_s:.0f} s: {log.read_text()[-500:]}")
 
 
@@ -135,7 +135,7 @@ def postgres_server() -> Iterator[Postgres]:
         _wait(lambda: _accepts(server), "postgres", process, log, 30)
         yield server
     finally:
-        _stop(process, signal.SIGINT)  # "fast" shutdown
+        stop_process(process, signal.SIGINT)  # "fast" shutdown
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -167,7 +167,7 @@ def mlflow_server(backend_uri: str, artifacts: Path) -> Iterator[str]:
         _wait(lambda: _answers(f"{uri}/health"), "mlflow server", process, log, 90)
         yield uri
     finally:
-        _stop(process)
+        stop_process(process)
 
 
 def _answers(url: str) -> bool:
@@ -209,4 +209,4 @@ def s3_server(log_dir: Path) -> Iterator[S3]:
         _wait(lambda: _answers(f"{server.endpoint_url}/moto-api/"), "moto_server", process, log, 30)
         yield server
     finally:
-        _stop(process)
+        stop_process(process)

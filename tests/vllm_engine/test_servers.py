@@ -12,8 +12,6 @@ in-process engine uses and a plain `vllm serve` does not).
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from creditline.engines import SamplingParams
 from creditline.engines.endpoints import EndpointsEngine
 from creditline.store import LineageStore, read_parquet
 from resources import EngineResource, LineageResource, TrackerResource
+from tests.servers import free_port, stop_process
 
 from .conftest import DEVICE
 from .test_engine import prompts
@@ -36,12 +35,6 @@ pytestmark = pytest.mark.slow
 MODEL = "policy"
 PARAMS = SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=10, seed=11)
 STARTUP_SECONDS = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _healthy(url: str) -> bool:
@@ -59,7 +52,7 @@ def vllm_servers(untied_checkpoints, tmp_path_factory):
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     servers = []
     for i in range(2):
-        port = _free_port()
+        port = free_port()
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(untied_checkpoints[0]),
                    "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
                    "--logprobs-mode", "processed_logprobs", "--enforce-eager",
@@ -79,13 +72,7 @@ def vllm_servers(untied_checkpoints, tmp_path_factory):
         yield [url for url, _, _ in servers]
     finally:
         for _, process, _ in servers:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+            stop_process(process, timeout_s=60)
 
 
 def test_rows_on_two_servers_are_one_servers_and_the_in_process_engines(

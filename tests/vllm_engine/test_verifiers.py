@@ -10,8 +10,6 @@ what the served vLLM engine reported.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 
@@ -24,6 +22,7 @@ from creditline.policy import load_policy
 from creditline.store import LineageStore, read_parquet
 from creditline.trainer import pack, score
 from creditline.verifiers_import import read_source, source_tables
+from tests.servers import stop_process
 
 from .conftest import DEVICE
 
@@ -43,13 +42,7 @@ def served_on_vllm():
         assert line.startswith("serving ") and f" as {MODEL} on http://127.0.0.1:" in line, line
         yield line.rsplit(" on ", 1)[1]
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_process(process, timeout_s=60)
 
 
 def test_verifiers_own_client_plays_against_creditline_serve_on_vllm(served_on_vllm, tmp_path):
