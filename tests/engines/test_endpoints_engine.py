@@ -190,17 +190,7 @@ def test_a_round_generates_on_the_replicas_and_moves_them_to_each_new_checkpoint
     config = {"name": name, "rollouts": {"tasks_per_round": 2, "group_size": 3}, "train": {"minibatches": 2}}
 
     def two_rounds(data_root, urls):
-        store = LineageStore(data_root / "lineage.duckdb")
-        store.register_experiment(name, from_dict(config).to_dict())
-        resources = {"lineage": LineageResource(data_root=str(data_root)),
-                     "tracker": TrackerResource(data_root=str(data_root)),
-                     "engine": EngineResource(generation_endpoints=urls, generation_model="tiny")}  # fmt: skip
-        with dg.instance_for_test() as instance:
-            for round_ in (1, 2):
-                instance.add_dynamic_partitions("rounds", [round_key(name, round_)])
-                result = dg.materialize(ROUND_ASSETS, partition_key=round_key(name, round_), instance=instance,
-                                        resources=resources)  # fmt: skip
-                assert result.success
+        store = rounds_on_replicas(data_root, config, urls, "tiny")
         return {(r, kind): store.artifact(name, r, kind) for r in (1, 2) for kind in ("steps", "checkpoint")}
 
     both = two_rounds(tmp_path / "two", replicas)
@@ -209,6 +199,26 @@ def test_a_round_generates_on_the_replicas_and_moves_them_to_each_new_checkpoint
         assert card["root"] == str(Path(both[(2, "checkpoint")].path).resolve())
     one = two_rounds(tmp_path / "one", replicas[:1])
     assert {k: r.content_hash for k, r in one.items()} == {k: r.content_hash for k, r in both.items()}
+
+
+def rounds_on_replicas(
+    data_root: Path, config: dict, urls: list[str], model_name: str, rounds=(1, 2)
+) -> LineageStore:
+    """Register `config` on a new data root and run `rounds` through Dagster, generating on the replicas at `urls`
+    (the `EngineResource` a deployment with `[generation] endpoints` builds); the root's lineage store."""
+    name = config["name"]
+    store = LineageStore(data_root / "lineage.duckdb")
+    store.register_experiment(name, from_dict(config).to_dict())
+    resources = {"lineage": LineageResource(data_root=str(data_root)),
+                 "tracker": TrackerResource(data_root=str(data_root)),
+                 "engine": EngineResource(generation_endpoints=urls, generation_model=model_name)}  # fmt: skip
+    with dg.instance_for_test() as instance:
+        for round_ in rounds:
+            instance.add_dynamic_partitions("rounds", [round_key(name, round_)])
+            result = dg.materialize(ROUND_ASSETS, partition_key=round_key(name, round_), instance=instance,
+                                    resources=resources)  # fmt: skip
+            assert result.success
+    return store
 
 
 def _get(url: str) -> dict:

@@ -17,15 +17,12 @@ import sys
 import time
 import urllib.request
 
-import dagster as dg
 import pytest
+from engines.test_endpoints_engine import rounds_on_replicas
 
-from assets import ROUND_ASSETS, round_key
-from creditline.config import from_dict
 from creditline.engines import SamplingParams
 from creditline.engines.endpoints import EndpointsEngine
-from creditline.store import LineageStore, read_parquet
-from resources import EngineResource, LineageResource, TrackerResource
+from creditline.store import read_parquet
 from tests.servers import free_port, stop_process
 
 from .conftest import DEVICE
@@ -107,21 +104,8 @@ def test_two_dagster_rounds_on_two_servers_record_what_one_server_records(
               "rollouts": {"tasks_per_round": 3, "group_size": 4}, "train": {"minibatches": 2},
               "eval": {"num_tasks": 6}}  # fmt: skip
 
-    def two_rounds(data_root, urls):
-        store = LineageStore(data_root / "lineage.duckdb")
-        store.register_experiment(name, from_dict(config).to_dict())
-        resources = {"lineage": LineageResource(data_root=str(data_root)),
-                     "tracker": TrackerResource(data_root=str(data_root)),
-                     "engine": EngineResource(generation_endpoints=urls, generation_model=MODEL)}  # fmt: skip
-        with dg.instance_for_test() as instance:
-            for round_ in (1, 2):
-                instance.add_dynamic_partitions("rounds", [round_key(name, round_)])
-                result = dg.materialize(ROUND_ASSETS, partition_key=round_key(name, round_), instance=instance,
-                                        resources=resources)  # fmt: skip
-                assert result.success
-        return store
-
-    both, one = two_rounds(tmp_path / "two", vllm_servers), two_rounds(tmp_path / "one", vllm_servers[:1])
+    both = rounds_on_replicas(tmp_path / "two", config, vllm_servers, MODEL)
+    one = rounds_on_replicas(tmp_path / "one", config, vllm_servers[:1], MODEL)
     for round_ in (1, 2):
         a = read_parquet(both.artifact(name, round_, "steps").path)
         b = read_parquet(one.artifact(name, round_, "steps").path)
