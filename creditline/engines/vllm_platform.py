@@ -11,7 +11,8 @@ front and answers each in one config line:
   0.32's bfloat16 kernels killed the engine's worker with SIGILL on this project's AVX-512/AMX machines),
   and is the policy's attention head size one that vLLM's CPU attention implements
   (`CPUAttentionBackend.get_supported_head_sizes()`: 32, 64, 80, … ; the built-in tiny policy's is 16)?
-- is the checkpoint's architecture one vLLM implements (`ModelRegistry`)?
+- does the checkpoint folder hold weights whose safetensors headers read, of an architecture vLLM implements
+  (`ModelRegistry`)?
 
 The checks read the installed vLLM itself (its platform, its attention backend's head sizes, its model
 registry), so they follow the version installed; importing it takes a few seconds, paid only by an
@@ -61,6 +62,26 @@ def head_size(config: Mapping[str, Any]) -> int | None:
     return None
 
 
+def weights_problems(folder: Path, value: str, policy_field: str) -> list:
+    """A checkpoint folder vLLM could not load weights from: none there, or a safetensors file whose header does
+    not read (truncated, or not safetensors)."""
+    from safetensors import safe_open
+
+    from creditline.config_checks import Problem
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files and not any(folder.glob("*.bin")) and not any(folder.glob("*.pt")):
+        return [Problem(policy_field, value, "has no weights vLLM can load (no *.safetensors or *.bin file)")]
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                weights.keys()
+        except Exception as exc:  # safetensors raises its own SafetensorError, or OSError
+            return [Problem(policy_field, value, f"has weights vLLM cannot read: {path.name} "
+                            f"({str(exc).splitlines()[0][:120]})")]  # fmt: skip
+    return []
+
+
 def has_avx512() -> bool:
     """Whether this x86 processor has AVX-512 Foundation (read from /proc/cpuinfo; True where unreadable)."""
     try:
@@ -108,6 +129,8 @@ def vllm_problems(
         if size not in supported:
             problems.append(Problem(policy_field, initial_policy, f"has attention head size {size}, which vLLM's "
                                     f"CPU attention lacks (it has {', '.join(map(str, supported))})"))  # fmt: skip
+    if not initial_policy.startswith("builtin:"):
+        problems += weights_problems(Path(initial_policy).expanduser(), initial_policy, policy_field)
     from vllm import ModelRegistry
 
     known = set(ModelRegistry.get_supported_archs())

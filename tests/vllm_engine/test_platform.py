@@ -42,9 +42,10 @@ def test_a_cpu_without_avx512_is_one_line(monkeypatch):
     ]
 
 
-def test_an_architecture_vllm_does_not_implement_is_one_line(tmp_path):
+def test_an_architecture_vllm_does_not_implement_is_one_line(tmp_path, untied_checkpoints):
     folder = tmp_path / "odd"
     folder.mkdir()
+    (folder / "model.safetensors").write_bytes((untied_checkpoints[0] / "model.safetensors").read_bytes())
     (folder / "config.json").write_text(json.dumps({"architectures": ["NoSuchModelForCausalLM"], "hidden_size": 64,
                                                     "num_attention_heads": 2}))  # fmt: skip
     assert lines(vllm_problems(str(folder), {"engine": "vllm", "device": DEVICE})) == [
@@ -59,3 +60,17 @@ def test_serving_a_head_size_the_cpu_lacks_is_one_line_before_any_engine(tmp_pat
     errors = [line for line in served.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f'error: --engine vllm: --policy = "{tiny_policy_dir}": has attention head size 16, which '
                       "vLLM's CPU attention lacks (it has 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)"]  # fmt: skip
+
+
+def test_a_folder_without_readable_weights_is_one_line(tmp_path, untied_checkpoints):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((untied_checkpoints[0] / name).read_bytes())
+    assert lines(vllm_problems(str(folder), {"engine": "vllm", "device": DEVICE})) == [
+        f'initial_policy = "{folder}": has no weights vLLM can load (no *.safetensors or *.bin file)'
+    ]
+    weights = (untied_checkpoints[0] / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(weights[:100])  # cut inside its header
+    (line,) = lines(vllm_problems(str(folder), {"engine": "vllm", "device": DEVICE}))
+    assert line.startswith(f'initial_policy = "{folder}": has weights vLLM cannot read: model.safetensors (')
