@@ -116,6 +116,7 @@ ADDED_SINCE_RUNS = (
     ("advantages", "sample_filter"),
     ("advantages", "filter_remove"),
     ("reward_model", None),
+    ("rollouts", "dtype"),
 )
 """Config sections (None: the whole section) and fields added after runs on file were played: left out of a
 run's key while at their defaults, so those runs still count (as a registered config reads back,
