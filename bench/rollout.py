@@ -1,13 +1,15 @@
 """Rollout benchmark: the torch engine against vLLM on the same checkpoint and prompts, in one run.
 
-Three generators, each timed on the same B prompts, after one warm-up call, as the median of `--repeats`
-calls (tokens/s = completion tokens produced / wall seconds of the call):
+The generators, each timed on the same B prompts, after one warm-up call, as the median of `--repeats`
+calls (tokens/s = completion tokens produced / wall seconds of the call; the vLLM ones take turns):
 
 - torch engine: `TorchEngine` (transformers with a KV cache), what a round uses with `engine = "torch"`;
 - vLLM engine: `VLLMEngine.generate`, what a round uses with `engine = "vllm"` (a seed and the sampled
   tokens' log-probs per row, processed log-probs);
-- raw vLLM: `LLM.generate` of the same engine on the same prompts with one `SamplingParams` and no log-probs,
-  the floor for what the round's path adds (goal: the round's path ≥ 90 % of it).
+- raw vLLM: `LLM.generate` of the same engine on the same prompts with the same per-row seeds and no log-probs
+  (so the same completions, lengths included),
+  the floor for what the round's path adds (goal: the round's path ≥ 90 % of it); and the same with the
+  sampled tokens' log-probs (`logprobs=0`), which a round needs, to tell their cost from the rest.
 
 The checkpoint is a random Qwen2 built here (`creditline.chat_policy`, BPE tokenizer trained on the maze's
 text): `--shape small` (4 layers, width 256, head size 32: a CPU finishes in a minute or two) or
@@ -34,6 +36,7 @@ from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environm
 from creditline.config import EnvSettings  # noqa: E402
 from creditline.engines import SamplingParams, TorchEngine  # noqa: E402
 from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings  # noqa: E402
+from creditline.ids import derive_seed  # noqa: E402
 from creditline.policy import load_tokenizer  # noqa: E402
 
 SHAPES = {
@@ -44,15 +47,20 @@ SHAPES = {
 }  # fmt: skip
 
 
-def tokens_per_second(generate, prompts, repeats: int) -> tuple[float, int]:
-    """(median tokens/s over `repeats` timed calls after one warm-up, tokens per call)."""
-    generate(prompts)
-    rates, produced = [], 0
+def tokens_per_second(generators: dict, prompts, repeats: int) -> dict[str, tuple[float, int]]:
+    """{name: (median tokens/s, tokens per call)} of `generators` (prompts → completion tokens produced), each
+    warmed up once, then timed `repeats` times in turn (interleaved, so a drift of the machine's speed falls
+    on all of them alike)."""
+    for generate in generators.values():
+        generate(prompts)
+    rates: dict[str, list[float]] = {name: [] for name in generators}
+    produced: dict[str, int] = {}
     for _ in range(repeats):
-        start = time.perf_counter()
-        produced = generate(prompts)
-        rates.append(produced / (time.perf_counter() - start))
-    return statistics.median(rates), produced
+        for name, generate in generators.items():
+            start = time.perf_counter()
+            produced[name] = generate(prompts)
+            rates[name].append(produced[name] / (time.perf_counter() - start))
+    return {name: (statistics.median(rates[name]), produced[name]) for name in generators}
 
 
 def main() -> None:
@@ -73,25 +81,33 @@ def main() -> None:
 
         torch_engine = TorchEngine.from_checkpoint(folder, device)
         parameters = sum(p.numel() for p in torch_engine.model.parameters())
-        torch_rate, torch_tokens = tokens_per_second(
-            lambda p: sum(len(c.token_ids) for c in torch_engine.generate(p, params)), prompts, args.repeats
+        measured = tokens_per_second(
+            {"torch": lambda p: sum(len(c.token_ids) for c in torch_engine.generate(p, params))},
+            prompts,
+            args.repeats,
         )
         torch_engine = None  # its memory, before vLLM builds its engine
 
         engine = VLLMEngine(folder, VLLMSettings(device=device, gpu_memory_utilization=0.5))
-        round_rate, round_tokens = tokens_per_second(
-            lambda p: sum(len(c.token_ids) for c in engine.generate(p, params)), prompts, args.repeats
-        )
         vllm = engine._vllm
-        raw_params = vllm.SamplingParams(temperature=1.0, max_tokens=args.new_tokens, seed=0)
 
-        def raw(p):
-            outputs = engine.llm.generate([engine._tokens_prompt(prompt_token_ids=x) for x in p], raw_params,
-                                          use_tqdm=False)  # fmt: skip
-            return sum(len(o.outputs[0].token_ids) for o in outputs)
+        def raw(logprobs: int | None):
+            sampling = [vllm.SamplingParams(temperature=1.0, max_tokens=args.new_tokens, seed=derive_seed(0, row),
+                                            logprobs=logprobs) for row in range(len(prompts))]  # fmt: skip
 
-        raw_rate, raw_tokens = tokens_per_second(raw, prompts, args.repeats)
+            def generate(p):
+                outputs = engine.llm.generate([engine._tokens_prompt(prompt_token_ids=x) for x in p], sampling,
+                                              use_tqdm=False)  # fmt: skip
+                return sum(len(o.outputs[0].token_ids) for o in outputs)
+
+            return generate
+
+        measured |= tokens_per_second(
+            {"round": lambda p: sum(len(c.token_ids) for c in engine.generate(p, params)), "raw": raw(None),
+             "raw_logprobs": raw(0)}, prompts, args.repeats)  # fmt: skip
         engine.close()
+    (torch_rate, torch_tokens), (round_rate, round_tokens) = measured["torch"], measured["round"]
+    (raw_rate, raw_tokens), (raw_lp_rate, raw_lp_tokens) = measured["raw"], measured["raw_logprobs"]
 
     name = (
         torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} torch threads"
@@ -105,9 +121,10 @@ def main() -> None:
         f"vLLM engine:   {round_rate:9.0f} tokens/s ({round_tokens} tokens a call; VLLMEngine, as a round calls it)"
     )
     print(f"raw vLLM:      {raw_rate:9.0f} tokens/s ({raw_tokens} tokens a call; LLM.generate, no log-probs)")
-    print(
-        f"vLLM / torch: {round_rate / torch_rate:.2f}×   round / raw vLLM: {round_rate / raw_rate:.2f} (goal ≥ 0.90)"
-    )
+    print(f"raw + logprob: {raw_lp_rate:9.0f} tokens/s ({raw_lp_tokens} tokens a call; LLM.generate, the sampled "
+          "tokens' log-probs)")  # fmt: skip
+    print(f"vLLM / torch: {round_rate / torch_rate:.2f}×   round / raw vLLM: {round_rate / raw_rate:.2f} (goal ≥ 0.90)"
+          f"   round / raw with log-probs: {round_rate / raw_lp_rate:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
