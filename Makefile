@@ -76,10 +76,15 @@ servers:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 
-# The suite, then the tests that run the real vLLM engine in its own venv (tests/vllm_engine/).
+# The suite, and beside it (the suite leaves most of a second core idle) the tests that run the real vLLM
+# engine in its own venv (tests/vllm_engine/), whose report follows the suite's. Either failing fails.
 test: install-test servers
-	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=10
-	.venv-vllm/bin/python -m pytest -q --durations=10 tests/vllm_engine
+	@.venv-vllm/bin/python -m pytest -q --durations=5 -p no:cacheprovider tests/vllm_engine \
+		> .pytest-vllm.log 2>&1 & vllm=$$!; \
+	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=10; suite=$$?; \
+	wait $$vllm; engine=$$?; \
+	echo "== tests/vllm_engine (the real vLLM engine, .venv-vllm), run beside the suite:"; cat .pytest-vllm.log; \
+	exit $$(( suite || engine ))
 
 ui: install
 	$(BIN)/python -c "from pipelines.instance import dagster_home; dagster_home('$(DATA_ROOT)')"

@@ -14,6 +14,7 @@ Each comes as four checkpoints of one architecture with different weights, as fo
 
 from __future__ import annotations
 
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,10 @@ import torch
 
 from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings
 from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy, save_policy
+
+# `make test` runs this folder as a background job, which bash starts with SIGINT ignored; the servers these
+# tests start (and stop with SIGTERM) would inherit that. Restore Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
