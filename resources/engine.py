@@ -40,7 +40,7 @@ class EngineResource(dg.ConfigurableResource):
 
     def vllm_settings(self, settings: RolloutSettings):
         """The experiment's vLLM settings, with this deployment's tensor parallelism where it sets one."""
-        vllm = replace(settings.vllm_settings(), device=self.device_override or settings.device)
+        vllm = settings.vllm_settings()  # its device is set where the engine is made (`make_engine`)
         if self.tensor_parallel_size:
             vllm = replace(vllm, tensor_parallel_size=self.tensor_parallel_size)
         return vllm
