@@ -12,7 +12,12 @@ key. A TOML file (`creditline run --config FILE`) overrides any field of the def
 Because a registered name can never be reused, nothing is registered unchecked: each field carries
 its rule as metadata (a range, registered choices or a pattern; `creditline.config_checks` reads
 them), `load_config` and `from_dict` report every problem of a config at once as a `ConfigError`,
-and constructing an `ExperimentConfig` checks it too, so a config that exists is valid.
+and constructing an `ExperimentConfig` checks its values too, so a config that exists is valid.
+
+A config is code (`env.name` names a module and a factory): only `load_config` and `from_dict`, once every
+value is valid, import the environment and build it once to try `env.params`. Constructing a config runs
+none of it, and neither does `read_registered`, which reads a registered config back: it was tried when
+it was registered, and reading it (to compare, report or export) must not run it again.
 
 Configs outlive releases. A field added later takes its default when an older registered config is read
 back, and a retired field (`RETIRED_FIELDS`) is dropped there but refused, with the reason, in a file.
@@ -32,7 +37,7 @@ from typing import Any
 from creditline.branching import BranchSettings
 from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
 from creditline.engines.base import SamplingParams
-from creditline.envs import Environment, environment_factory, make_env
+from creditline.envs import Environment, environment_target, make_env
 from creditline.reward_model import RewardModelSettings
 from creditline.rollout import PROMPT_FORMATS
 from creditline.sample_filter import FILTERS
@@ -46,14 +51,16 @@ VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
 """The kinds `creditline.engines.make_engine` builds."""
 DEVICE_RULE = (re.compile(r"cpu|mps|cuda(:[0-9]+)?"), '"cpu", "cuda", "cuda:N" or "mps"')
 SEED_RANGE = "[0, 2_147_483_647]"
+MAX_ROUNDS = 10_000
+"""The most rounds an experiment can have (`creditline rescore --rounds` is held to it too)."""
 
 
 @dataclass(frozen=True)
 class EnvSettings:
-    name: str = field(default="maze", metadata={"resolves": environment_factory})
+    name: str = field(default="maze", metadata={"resolves": environment_target})
     """A registered environment (a `creditline.environments` entry point: the built-ins `maze` and
     `arithmetic`, or an installed package's) or an import path `package.module:factory`
-    (`creditline.envs.registry`)."""
+    (`creditline.envs.registry`). Code: it is imported (and called) only once the config's values are valid."""
     params: dict[str, Any] = field(
         default_factory=lambda: {"size": 5, "max_steps": 16, "invalid_penalty": 0.1, "progress_reward": 0.1,
                                  "view": "relative"}
@@ -165,7 +172,7 @@ class ExperimentConfig:
     name: str = field(default="maze-gigpo", metadata={"pattern": NAME_RULE})
     seed: int = field(default=0, metadata={"range": SEED_RANGE})
     """Seeds the initial policy, the training task draw, sampling and minibatch order."""
-    rounds: int = field(default=20, metadata={"range": "[1, 10_000]"})
+    rounds: int = field(default=20, metadata={"range": f"[1, {MAX_ROUNDS}]"})
     """The most rounds this experiment runs (the sensor stops there; `creditline run --rounds` may ask fewer)."""
     initial_policy: str = BUILTIN_POLICY
     """"builtin:tiny" (a random tiny word-level Llama from `seed`), "builtin:chat" (a random small Qwen2
@@ -214,15 +221,22 @@ RETIRED_FIELDS: dict[tuple[str, str], str] = {
 
 def from_dict(data: Mapping[str, Any], base: ExperimentConfig | None = None) -> ExperimentConfig:
     """Overlay `data` on `base` (default: `ExperimentConfig()`), recursively; every problem raises
-    one `ConfigError`. Also reads back registered configs (`ExperimentConfig().to_dict()` shaped,
-    of this release or an earlier one: retired fields are dropped)."""
-    return _validated(_without_retired(data), base or ExperimentConfig())
+    one `ConfigError`. The environment `env.name` names is imported and built once, after every value
+    passed (use `read_registered` for a config that was registered already)."""
+    return _validated(_without_retired(data), base or ExperimentConfig(), code=True)
+
+
+def read_registered(data: Mapping[str, Any]) -> ExperimentConfig:
+    """A registered config read back (`ExperimentConfig().to_dict()` shaped, of this release or an
+    earlier one: retired fields are dropped), its values checked but none of its code run: its
+    environment was imported and built when it was registered; rounds build it when they play it."""
+    return _validated(_without_retired(data), ExperimentConfig())
 
 
 def registration(config: ExperimentConfig, registered: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """What to register for `config`: the already registered dict if it reads back as `config` (an
     earlier release wrote it, with fewer or retired fields), else `config.to_dict()`."""
-    if registered is not None and from_dict(registered) == config:
+    if registered is not None and read_registered(registered) == config:
         return registered
     return config.to_dict()
 
@@ -254,7 +268,9 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> ExperimentC
         raise ConfigError([problem.line(str(path)) for problem in retired])
     given = {key: value for key, value in overrides.items() if value is not None}
     merged = overlay(ExperimentConfig, data, given)
-    return _validated(merged, ExperimentConfig(), str(path) if path else None, set(given), files=True)
+    return _validated(
+        merged, ExperimentConfig(), str(path) if path else None, set(given), files=True, code=True
+    )
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -321,11 +337,12 @@ def _validated(
     overridden: set[str] | None = None,
     *,
     files: bool = False,
+    code: bool = False,
 ) -> ExperimentConfig:
     if not isinstance(data, Mapping):
         raise ConfigError([Problem("(config)", data, "must be a table of fields").line(source)])
     merged = overlay(ExperimentConfig, base.to_dict(), data)
-    valid, problems = check_config(ExperimentConfig, merged, files=files)
+    valid, problems = check_config(ExperimentConfig, merged, files=files, code=code)
     if problems:
         overridden = overridden or set()
         raise ConfigError([p.line(None if p.path.split(".")[0] in overridden else source) for p in problems])

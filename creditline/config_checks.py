@@ -12,7 +12,7 @@ dataclass metadata; the annotation gives the type:
     {"range": "(0, 1]"}            int | float: an interval, "[" / "]" closed, "(" / ")" open
     {"choices": REGISTRY}          str: a collection of names, or a function returning one (read when checking)
     {"pattern": (REGEX, WORDS)}    str: a full match of REGEX; WORDS says what that means
-    {"resolves": FUNCTION}         str: FUNCTION(value) succeeds; its ValueError's message says why not
+    {"resolves": FUNCTION}         str: FUNCTION(value) succeeds (it must import nothing); its ValueError says why not
     {"items": "[0, 16]"}           tuple[str, ...]: a list of that many non-empty strings (kept as a tuple)
     dict[str, Any]                 a table of parameters, checked by a relation below
     bool (no metadata)             true or false
@@ -21,11 +21,16 @@ An int field takes a whole number (8, or 8.0 which becomes 8), never a boolean o
 field takes ints too, kept as written so that configs registered before these checks keep their hash.
 
 The checks that relate fields or look outside the config are the functions at the end (`RELATIONS`
-names their fields): an environment's parameters are tried by building it once, an estimator's by
-resolving them and computing the advantages of a four-step probe table, minibatches are compared with
-the episodes of a round, and the initial policy's folder is looked for only when a new config is
-loaded (`files=True`), never when a registered one is read back (the folder may be gone by then, or
-the reader may run elsewhere).
+names their fields): an estimator's parameters are resolved and tried on a four-step probe table,
+minibatches are compared with the episodes of a round, the sizes of a round are held to `LIMITS`, and
+the initial policy's folder is looked for only when a new config is loaded (`files=True`), never when a
+registered one is read back (the folder may be gone by then, or the reader may run elsewhere).
+
+A config is code: `env.name` is an import path (or a plugin's name), and its factory is called with
+`env.params`. So the checks run in two stages. First every value and every relation that reads values
+only; nothing the config names is imported. Then, only if nothing was wrong and the caller asks for it
+(`code=True`: a config being loaded, never one constructed or read back), `code_problems` imports the
+environment's module and builds it once, to try its parameters. A refused config has run none of its code.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from typing import Any, get_origin, get_type_hints
 
 import pandas as pd
 
-from creditline.envs import environment_factory, make_env
+from creditline.envs import UnknownEnvironment, environment_factory, make_env
 from creditline.param_kinds import is_number, kind_mismatch, whole_number
 from creditline.rollout import CHAT_FORMATS
 
@@ -71,6 +76,7 @@ BUILTIN_CHAT_POLICY = "builtin:chat"
 BUILTIN_POLICIES = (BUILTIN_POLICY, BUILTIN_CHAT_POLICY)
 RELATIONS = (
     "initial_policy",
+    "env.name",
     "env.params",
     "advantages.params",
     "train.minibatches",
@@ -264,18 +270,23 @@ def unknown_key(key: str, known: Sequence[str]) -> str:
 
 
 def check_config(
-    cls: type, data: Mapping[Any, Any], *, files: bool = False
+    cls: type, data: Mapping[Any, Any], *, files: bool = False, code: bool = False
 ) -> tuple[dict[str, Any], list[Problem]]:
-    """(the valid fields, normalised; every problem) of a whole experiment config given as a dict."""
+    """(the valid fields, normalised; every problem) of a whole experiment config given as a dict.
+    `code`: once every value is valid, also import and build the environment it names (the module doc)."""
     valid, problems = check_fields(cls, data)
-    return valid, problems + relation_problems(cls, valid, files=files)
+    problems += relation_problems(cls, valid, files=files)
+    if code and not problems:
+        problems += code_problems(cls, valid)
+    return valid, problems
 
 
 # --- relations and the outside world -----------------------------------------------------------------
 
 
 def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> list[Problem]:
-    """The checks of RELATIONS, each run only when the fields it reads passed their own checks."""
+    """The checks of RELATIONS that import nothing the config names, each run only when the fields it
+    reads passed their own checks."""
     env, adv = config.get("env", {}), config.get("advantages", {})
     rollouts, train = config.get("rollouts", {}), config.get("train", {})
     problems: list[Problem] = []
@@ -287,13 +298,6 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
             from creditline.engines.vllm_platform import vllm_problems
 
             problems += vllm_problems(config["initial_policy"], rollouts)
-    if "name" in env and "params" in env:
-        note = inherited_note(cls, "env.name", "env.params", env["name"], env["params"])
-        found = env_problems(env["name"], env["params"], note)
-        problems += found
-        if not found and "initial_policy" in config:
-            warm = config.get("warm_start", {}).get("episodes", 0) > 0
-            problems += env_feature_problems(env["name"], env["params"], config["initial_policy"], warm)
     if "estimator" in adv and "params" in adv:
         note = inherited_note(
             cls, "advantages.estimator", "advantages.params", adv["estimator"], adv["params"]
@@ -306,10 +310,7 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
         config.get("verifiers", {}),
         adv.get("sample_filter"),
     )
-    if "estimator" in adv and "name" in env and "params" in env and not found:
-        problems += gold_answer_problems(
-            adv["estimator"], env["name"], env["params"], rollouts, config.get("verifiers", {})
-        )
+    problems += size_problems(rollouts, env.get("params", {}))
     if {"tasks_per_round", "group_size"} <= rollouts.keys() and "minibatches" in train:
         episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
         if train["minibatches"] > episodes:
@@ -318,6 +319,77 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
                         f"must be at most rollouts.tasks_per_round × rollouts.group_size = {episodes}, "
                         "the episodes of a round (a minibatch needs at least one)")
             )  # fmt: skip
+    return problems
+
+
+def code_problems(cls: type, config: Mapping[str, Any]) -> list[Problem]:
+    """The checks that run the config's code: import the environment's module, build the environment
+    once with `env.params` (its factory is the judge of them), and ask it what the config's features need.
+    Called only on a config whose values are all valid (`check_config`)."""
+    env, adv = config["env"], config["advantages"]
+    try:
+        environment_factory(env["name"])
+    except UnknownEnvironment as exc:  # the module's import failed, or it has no such factory
+        return [Problem("env.name", env["name"], str(exc))]
+    note = inherited_note(cls, "env.name", "env.params", env["name"], env["params"])
+    built, problems = env_problems(env["name"], env["params"], note)
+    if built is None:
+        return problems
+    problems += steps_problems(built.max_steps, config["rollouts"], config["eval"], env["params"])
+    warm = config["warm_start"]["episodes"] > 0
+    problems += env_feature_problems(built, env["name"], config["initial_policy"], warm)
+    return problems + gold_answer_problems(
+        adv["estimator"], built, env["name"], config["rollouts"], config["verifiers"]
+    )
+
+
+# --- limits: sizes this program cannot hold, refused before anything is registered ------------------
+
+MAX_EPISODES_PER_ROUND = 262_144
+"""rollouts.tasks_per_round × rollouts.group_size. A round samples every episode in one engine batch and
+keeps all of them in its steps table: 2**18 is 32 times a large published recipe (DAPO: 512 prompts × 16)."""
+MAX_ENV_STEPS = 10_000
+"""An environment's `max_steps` (turns per episode). Agent benchmarks stop at tens to hundreds of turns;
+`env.params.max_steps = 1e8` is a typo, not an episode, and every step is a row of the steps table."""
+MAX_STEP_ROWS = 16_777_216
+"""Episodes × max_steps of a round (or of an evaluation): the rows of a steps table at its longest. Each
+row holds a step's token ids and log-probabilities, at least ~1 KB in memory, so 2**24 rows is ~16 GB:
+more than that does not fit the host memory of a GPU machine beside the model."""
+
+
+def size_problems(rollouts: Mapping[str, Any], env_params: Any) -> list[Problem]:
+    """The limits above that read values only (before the environment is imported)."""
+    problems = []
+    if {"tasks_per_round", "group_size"} <= rollouts.keys():
+        episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
+        if episodes > MAX_EPISODES_PER_ROUND:
+            problems.append(Problem("rollouts.tasks_per_round", rollouts["tasks_per_round"],
+                                    f"× rollouts.group_size ({rollouts['group_size']}) = {episodes:,} episodes per "
+                                    f"round: at most {MAX_EPISODES_PER_ROUND:,} (a round holds all of them in "
+                                    "memory at once)"))  # fmt: skip
+    given = env_params.get("max_steps") if isinstance(env_params, Mapping) else None
+    if is_number(given) and not given <= MAX_ENV_STEPS:
+        problems.append(Problem("env.params.max_steps", given, f"must be at most {MAX_ENV_STEPS:,} "
+                                "(steps per episode; each is a row of the round's steps table)"))  # fmt: skip
+    return problems
+
+
+def steps_problems(
+    max_steps: Any, rollouts: Mapping[str, Any], eval_: Mapping[str, Any], env_params: Mapping[Any, Any]
+) -> list[Problem]:
+    """The built environment's own `max_steps` (its default, when env.params gives none) held to the limits."""
+    if not is_number(max_steps) or not max_steps <= MAX_ENV_STEPS:
+        return [Problem("env.params", env_params, f"build an environment whose max_steps is {show(max_steps)}: "
+                        f"it must be a number of steps, at most {MAX_ENV_STEPS:,}")]  # fmt: skip
+    problems = []
+    for path, episodes in (("rollouts.tasks_per_round", rollouts["tasks_per_round"] * rollouts["group_size"]),
+                           ("eval.num_tasks", eval_["num_tasks"])):  # fmt: skip
+        rows = episodes * max_steps
+        if rows > MAX_STEP_ROWS:
+            value = rollouts["tasks_per_round"] if path.startswith("rollouts") else eval_["num_tasks"]
+            problems.append(Problem(path, value, f"{episodes:,} episodes × max_steps {max_steps:,} = {rows:,.0f} "
+                                    f"steps: at most {MAX_STEP_ROWS:,} rows in one steps table (~1 KB each in "
+                                    "memory)"))  # fmt: skip
     return problems
 
 
@@ -353,8 +425,8 @@ def branching_problems(
 
 def gold_answer_problems(
     estimator: str,
+    env: Any,
     env_name: str,
-    env_params: Mapping[str, Any],
     rollouts: Mapping[str, Any],
     verifiers: Mapping[str, Any],
 ) -> list[Problem]:
@@ -364,7 +436,7 @@ def gold_answer_problems(
     if "gold_logprob" not in advantages.input_columns(estimator):
         return []
     problems = []
-    if not callable(getattr(make_env(env_name, **env_params), "gold_answer", None)):
+    if not callable(getattr(env, "gold_answer", None)):
         problems.append(Problem("advantages.estimator", estimator, f'needs tasks with a gold answer: environment '
                                 f'"{env_name}" has no gold_answer() (the built-ins with one: lookup, arithmetic)'))  # fmt: skip
     if rollouts.get("engine", "torch") != "torch":
@@ -466,8 +538,10 @@ def parameter_problems(
     return problems
 
 
-def env_problems(name: str, params: Mapping[Any, Any], note: str = "") -> list[Problem]:
-    """`env.params` checked against the constructor's signature, then by building the environment once."""
+def env_problems(name: str, params: Mapping[Any, Any], note: str = "") -> tuple[Any, list[Problem]]:
+    """(the environment, built once; []) or (None, why not): `env.params` checked against the
+    constructor's signature, then by building it. The factory is someone else's code, so whatever it
+    raises (or a `sys.exit` in it) is its refusal of the parameters, one line."""
     try:
         signature = inspect.signature(environment_factory(name))
     except (TypeError, ValueError):  # a factory without one (a C type): building it is the check
@@ -479,19 +553,23 @@ def env_problems(name: str, params: Mapping[Any, Any], note: str = "") -> list[P
             p.name: None if p.default is p.empty else p.default for p in signature.parameters.values()
         }
         problems = parameter_problems("env.params", params, defaults, f'environment "{name}"', note)
-    failure = None if problems else _failure(lambda: make_env(name, **params))
-    if failure:
-        problems.append(Problem("env.params", params, f'rejected by environment "{name}": {failure}'))
-    return problems
+    if problems:
+        return None, problems
+    try:
+        return make_env(name, **params), []
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        failure = " ".join(str(exc).split())
+    except SystemExit as exc:
+        failure = f"called sys.exit({exc.code!r})"
+    except Exception as exc:
+        failure = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    return None, [Problem("env.params", params, f'rejected by environment "{name}": {failure}')]
 
 
-def env_feature_problems(
-    name: str, params: Mapping[Any, Any], policy: str, warm_start: bool
-) -> list[Problem]:
+def env_feature_problems(env: Any, name: str, policy: str, warm_start: bool) -> list[Problem]:
     """The optional environment members (`creditline.envs.base.Environment`) that the config's features
     need: `vocabulary` for the built-in tiny policy, `format_example` for a warm start and for the
     built-in chat policy's tokenizer corpus."""
-    env = make_env(name, **params)
     problems = []
     if policy == BUILTIN_POLICY and not hasattr(env, "vocabulary"):
         problems.append(Problem("initial_policy", policy, f'environment "{name}" has no vocabulary() listing its '

@@ -7,6 +7,7 @@ from creditline.envs.registry import (
     BUILTIN_ENVIRONMENTS,
     UnknownEnvironment,
     environment_factory,
+    environment_target,
     registered_environments,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "UnknownEnvironment",
     "builtin_vocabulary",
     "environment_factory",
+    "environment_target",
     "make_env",
     "registered_environments",
 ]

@@ -15,6 +15,11 @@ An experiment's `env.name` is either
 Either way the target is a factory: called with `env.params` as keyword arguments, it returns a fresh
 environment (`creditline.envs.base.Environment`); a class is a factory. Rollouts call it once per episode.
 
+Naming is not importing: `environment_target` says what a name stands for ("module:attr") from the
+entry points' metadata alone, so a config's other values can be checked before any of its code runs;
+`environment_factory` imports it. An import that fails in any way (an ImportError, any other exception,
+even `sys.exit`) is an `UnknownEnvironment` saying which module and what happened, never an exit.
+
 Two installed packages registering one name is refused (naming both), never resolved by install order.
 When creditline runs from a source tree without being installed, its entry points are missing; the
 built-ins are then found in `BUILTIN_ENVIRONMENTS` directly.
@@ -27,6 +32,7 @@ import importlib
 import re
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from typing import Any
 
 from creditline.envs.arithmetic import ArithmeticEnv
 from creditline.envs.base import Environment
@@ -68,6 +74,24 @@ def registered_environments() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+def environment_target(name: str) -> str:
+    """The "module:attr" that `name` stands for (see the module doc), without importing anything: a
+    registered name is looked up in the entry points' metadata, an import path is only parsed. A clear
+    `UnknownEnvironment` when it is neither."""
+    if name in BUILTIN_ENVIRONMENTS:
+        factory = BUILTIN_ENVIRONMENTS[name]
+        return f"{factory.__module__}:{factory.__qualname__}"
+    registered = registered_environments()
+    if name in registered:
+        return registered[name]
+    if IMPORT_PATH.fullmatch(name):
+        return name
+    raise UnknownEnvironment(
+        f"is neither a registered environment ({', '.join(registered)}) "
+        'nor an import path "package.module:factory"'
+    )
+
+
 @functools.cache
 def environment_factory(name: str) -> Callable[..., Environment]:
     """The factory `name` stands for (see the module doc); a clear `UnknownEnvironment` otherwise.
@@ -75,23 +99,13 @@ def environment_factory(name: str) -> Callable[..., Environment]:
     points reads every installed package's metadata (a failed lookup is not kept, so it is retried)."""
     if name in BUILTIN_ENVIRONMENTS:
         return BUILTIN_ENVIRONMENTS[name]
-    registered = registered_environments()
-    if name in registered:
-        return _load(registered[name], f" (registered as {registered[name]})")
-    if IMPORT_PATH.fullmatch(name):
-        return _load(name)
-    raise UnknownEnvironment(
-        f"is neither a registered environment ({', '.join(registered)}) "
-        'nor an import path "package.module:factory"'
-    )
+    target = environment_target(name)
+    return _load(target, f" (registered as {target})" if target != name else "")
 
 
 def _load(path: str, registered_as: str = "") -> Callable[..., Environment]:
     module_name, _, attribute = path.partition(":")
-    try:
-        target = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UnknownEnvironment(f"cannot import module {module_name!r}{registered_as}: {exc}") from exc
+    target = _import(module_name, registered_as)
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise UnknownEnvironment(f"{path}{registered_as}: no attribute {part!r}")
@@ -101,3 +115,21 @@ def _load(path: str, registered_as: str = "") -> Callable[..., Environment]:
             f"{path}{registered_as} is not callable: expected a factory returning an environment"
         )
     return target
+
+
+def _import(module_name: str, registered_as: str) -> Any:
+    """The module; whatever its import does instead of returning (raise, or call `sys.exit`) becomes one
+    `UnknownEnvironment` line: an environment's module is someone else's code, run inside creditline."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownEnvironment(f"cannot import module {module_name!r}{registered_as}: {exc}") from exc
+    except SystemExit as exc:
+        raise UnknownEnvironment(
+            f"importing {module_name}{registered_as} called sys.exit({exc.code!r})"
+        ) from None
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise UnknownEnvironment(
+            f"importing {module_name}{registered_as} raised {type(exc).__name__}: {first}"
+        ) from exc
