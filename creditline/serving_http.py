@@ -245,7 +245,9 @@ def load_served_policy(engine_kind: str, folder: str | Path, model_name: str) ->
 
 
 def serve(server: serving.PolicyServer, host: str = "127.0.0.1", port: int = 8000, seed: int = 0) -> None:
-    """Serve until SIGTERM or SIGINT, then return after a graceful shutdown."""
+    """Serve until SIGTERM or SIGINT, then return after a graceful shutdown. `port` 0: any free port."""
+    if not 0 <= port <= 65_535:  # a socket takes it modulo 65536: 70000 would serve on 4464
+        raise ValueError(f"port {port}: must be 1..65535, or 0 for any free port")
     config = uvicorn.Config(build_app(server, seed), host=host, port=port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5)  # fmt: skip
     announcement = f"serving {server.folder} as {server.model_name} on {{url}}"

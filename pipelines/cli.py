@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from creditline.config import ExperimentConfig, load_config, registration
+from creditline.config import MAX_ROUNDS, ExperimentConfig, load_config, registration
 from creditline.deployment import load_deployment, redact
 from creditline.store import LineageStore
 from creditline.store.connection import is_postgres
@@ -49,6 +49,32 @@ DEFAULT_EXPERIMENT = ExperimentConfig().name
 
 class UsageError(ValueError):
     """A command-line argument that cannot be used; printed as one line, exit 2."""
+
+
+MAX_PORT = 65_535
+
+
+def _out_path(text: str) -> Path:
+    """`--out FILE` checked before any input is read: a file path (not a folder) in a folder that exists.
+    A missing folder is refused rather than created: a mistyped path would otherwise leave a tree behind."""
+    path = Path(text)
+    if path.is_dir():
+        raise UsageError(f"--out {text}: is a folder; give the path of a file in it")
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        raise UsageError(f"--out {text}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {text}: folder {folder} is not writable")
+    return path
+
+
+def _write_out(write, text: str):
+    """`write()` of an --out file, an OSError (a read-only file system, a full disk) as one line naming
+    --out and the path, never the writer's temp file."""
+    try:
+        return write()
+    except OSError as exc:
+        raise UsageError(f"--out {text}: cannot write it ({exc.strerror or type(exc).__name__})") from None
 
 
 def _store(data_root: str) -> LineageStore:
@@ -171,7 +197,8 @@ def _spans(rounds: list[int]) -> str:
 
 
 def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
-    """`A..B` or `A` -> the rounds asked for, every one of which must have rollouts recorded."""
+    """`A..B` or `A` -> the rounds asked for, every one of which must have rollouts recorded. B is held
+    to MAX_ROUNDS (an experiment's most) before any list of rounds is made: `1..10**12` is one line."""
     if not text:
         return available
     first, sep, last = text.partition("..")
@@ -181,6 +208,9 @@ def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
         raise UsageError(f"--rounds {text!r}: expected A..B or A, e.g. 1..20") from None
     if low < 1 or high < low:
         raise UsageError(f"--rounds {text}: need 1 <= A <= B")
+    if high > MAX_ROUNDS:
+        raise UsageError(f"--rounds {text}: an experiment has at most {MAX_ROUNDS} rounds "
+                         f"(rounds with rollouts: {_spans(available)})")  # fmt: skip
     missing = [r for r in range(low, high + 1) if r not in available]
     if missing:
         raise UsageError(f"--rounds {text}: rounds {_spans(missing)} have no rollouts recorded "
@@ -275,6 +305,11 @@ def cmd_lineage(args) -> int:
 
     store = _store(args.data_root)
     _known_experiment(store, args.experiment)
+    if args.round is not None:  # a round without a checkpoint is a bad argument
+        rounds = sorted({a.round for a in store.artifacts(args.experiment, kind="checkpoint")})
+        if args.round not in rounds:
+            raise UsageError(f"--round {args.round}: experiment {args.experiment!r} has no checkpoint for it; "
+                             f"rounds with a checkpoint: {_spans(rounds)}")  # fmt: skip
     report = lineage_report(store, args.experiment, args.round)
     if report is None:
         print(f"no checkpoint for experiment {args.experiment!r} round {args.round}", file=sys.stderr)
@@ -353,6 +388,7 @@ def cmd_advantages(args) -> int:
     from creditline.advantages.registry import resolve
     from creditline.store import write_parquet_atomic
 
+    out = _out_path(args.out)
     params = {}
     for item in args.param:
         key, sep, value = item.partition("=")
@@ -384,16 +420,17 @@ def cmd_advantages(args) -> int:
         AdvantageInputError
     ) as exc:  # the table breaks the input contract: the message names column and row
         raise UsageError(f"--steps {args.steps}: {exc}") from None
-    written = write_parquet_atomic(steps, args.out)
+    written = _write_out(lambda: write_parquet_atomic(steps, out), args.out)
     print(f"wrote {written.rows} rows to {written.path} (sha256 {written.content_hash[:12]})")
     return 0
 
 
 def cmd_export(args) -> int:
-    from creditline.config import from_dict
+    from creditline.config import read_registered
     from creditline.export import export_lines
     from creditline.store import read_parquet, write_bytes_atomic
 
+    out = _out_path(args.out)
     store = _store(args.data_root)
     _known_experiment(store, args.experiment)
     rounds = sorted({a.round for a in store.artifacts(args.experiment, kind="advantages")})
@@ -423,7 +460,7 @@ def cmd_export(args) -> int:
             raise UsageError(f"--rubric {args.rubric}: round {round_} was not re-scored with it; "
                              f"re-scored versions: {', '.join(versions) or 'none'}")  # fmt: skip
         tables[kind] = read_parquet(record.path)
-    config = from_dict(store.experiment_config(args.experiment))
+    config = read_registered(store.experiment_config(args.experiment))
     staged = store.artifact(args.experiment, round_, "source")
     traces = (
         Path(staged.path) / "traces.jsonl"
@@ -436,7 +473,7 @@ def cmd_export(args) -> int:
     lines = export_lines(args.format, args.experiment, round_, tables["steps"], tables[scores_kind],
                          tables[advantages_kind], config.rollouts.temperature, traces)  # fmt: skip
     text = "".join(line + "\n" for line in lines)
-    digest = write_bytes_atomic(text.encode("utf-8"), args.out)
+    digest = _write_out(lambda: write_bytes_atomic(text.encode("utf-8"), out), args.out)
     print(f"wrote {text.count(chr(10))} {args.format} lines of {args.experiment} round {round_} to {args.out} "
           f"(sha256 {digest[:12]})")  # fmt: skip
     return 0
@@ -504,6 +541,8 @@ def cmd_serve(args) -> int:
     from creditline.lineage_chain import served_checkpoint
     from creditline.serving_http import load_served_policy, serve
 
+    if not 0 <= args.port <= MAX_PORT:  # the OS would take it modulo 65536: 70000 serves on 4464
+        raise UsageError(f"--port {args.port}: must be 1..{MAX_PORT}, or 0 for any free port")
     if (args.policy is None) == (args.experiment is None):
         raise UsageError("give --policy FOLDER, or --experiment NAME [--round N]")
     if args.policy is not None:

@@ -599,6 +599,7 @@ TABLE_CASES = [
 def test_a_bad_steps_table_is_rejected_and_writes_nothing(capsys, tmp_path, root, case, make, extra, needles):
     inputs, out = tmp_path / "inputs", tmp_path / "out" / "advantages.parquet"
     inputs.mkdir()
+    out.parent.mkdir()  # --out must name a file in a folder that exists (test_bad_input_limits.py)
     steps = inputs / "steps.parquet"
     if make is not None:
         make(steps)
