@@ -103,8 +103,12 @@ def stored_root(tmp_path_factory) -> Path:
     signal.signal(signal.SIGTERM, previous)
     store = LineageStore(root / CATALOG)
     written = write_parquet_atomic(steps_table(), root / STORED / "r001" / "steps.parquet")
-    store.record_artifact(ArtifactRecord(STORED, 1, "steps", written.path, written.content_hash, rows=written.rows))
-    store.record_artifact(ArtifactRecord(STORED, 1, "checkpoint", str(root / STORED / "r001" / "policy"), "0" * 64))
+    store.record_artifact(
+        ArtifactRecord(STORED, 1, "steps", written.path, written.content_hash, rows=written.rows)
+    )
+    store.record_artifact(
+        ArtifactRecord(STORED, 1, "checkpoint", str(root / STORED / "r001" / "policy"), "0" * 64)
+    )
     return root
 
 
@@ -136,7 +140,9 @@ def test_rescore_rounds_beyond_any_experiment_are_refused_without_listing_them(s
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=300, preexec_fn=_memory_limit)  # fmt: skip
     outcome = Outcome(done.returncode, done.stdout, done.stderr)
-    assert_one_error_line(outcome, "--rounds 1..1000000000000", "at most 10000 rounds", "rounds with rollouts: 1")
+    assert_one_error_line(
+        outcome, "--rounds 1..1000000000000", "at most 10000 rounds", "rounds with rollouts: 1"
+    )
     assert catalog_rows(stored_root) == before
 
 
@@ -144,8 +150,10 @@ def test_rescore_rounds_beyond_any_experiment_are_refused_without_listing_them(s
 
 MODULES = {
     "exits": ("import sys\nsys.exit(3)\n", "importing {module} called sys.exit(3)"),
-    "raises": ('raise ValueError("needs CUDA_VISIBLE_DEVICES")\n',
-               "importing {module} raised ValueError: needs CUDA_VISIBLE_DEVICES"),  # fmt: skip
+    "raises": (
+        'raise ValueError("needs CUDA_VISIBLE_DEVICES")\n',
+        "importing {module} raised ValueError: needs CUDA_VISIBLE_DEVICES",
+    ),  # fmt: skip
     "factory_raises": (
         'def make(**params):\n    raise RuntimeError("no such dataset")\n',
         'env.params = {}: rejected by environment "{module}:make": RuntimeError: no such dataset',
@@ -162,7 +170,9 @@ def test_an_environment_whose_code_fails_is_one_line_naming_env_name_and_the_mod
     (tmp_path / f"{module}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     config = tmp_path / "plugin.toml"
-    config.write_text(f'name = "plugin-{kind.replace("_", "-")}"\n[env]\nname = "{module}:make"\nparams = {{}}\n')
+    config.write_text(
+        f'name = "plugin-{kind.replace("_", "-")}"\n[env]\nname = "{module}:make"\nparams = {{}}\n'
+    )
     outcome = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config))
     assert_one_error_line(outcome, str(config), expected.replace("{module}", module))
     if kind != "factory_raises":
@@ -175,13 +185,17 @@ def test_an_environment_whose_code_fails_is_one_line_naming_env_name_and_the_mod
 
 @pytest.mark.parametrize("port", ["70000", "-1", "65536"])
 def test_serve_refuses_a_port_outside_the_tcp_range(capsys, tmp_path, empty_root, port):
-    outcome = cli(capsys, "--data-root", str(empty_root), "serve", "--policy", str(tmp_path / "nope"), "--port", port)
+    outcome = cli(
+        capsys, "--data-root", str(empty_root), "serve", "--policy", str(tmp_path / "nope"), "--port", port
+    )
     assert_one_error_line(outcome, f"--port {port}: must be 1..65535, or 0 for any free port")
     assert not empty_root.exists()
 
 
 def test_serve_port_0_means_any_free_port_and_passes_the_check(capsys, tmp_path, empty_root):
-    outcome = cli(capsys, "--data-root", str(empty_root), "serve", "--policy", str(tmp_path / "nope"), "--port", "0")
+    outcome = cli(
+        capsys, "--data-root", str(empty_root), "serve", "--policy", str(tmp_path / "nope"), "--port", "0"
+    )
     assert_one_error_line(outcome, "--policy", "not a checkpoint folder")  # the next check, not the port's
 
 
@@ -205,7 +219,9 @@ SIZE_CASES = [
 
 
 @pytest.mark.parametrize(("case", "text", "needles"), SIZE_CASES, ids=[c[0] for c in SIZE_CASES])
-def test_a_size_beyond_the_limits_is_refused_before_registering(capsys, tmp_path, empty_root, case, text, needles):
+def test_a_size_beyond_the_limits_is_refused_before_registering(
+    capsys, tmp_path, empty_root, case, text, needles
+):
     config = tmp_path / "huge.toml"
     config.write_text('name = "huge"\n' + text)
     outcome = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config))
@@ -224,7 +240,9 @@ def test_the_shipped_configs_are_within_the_limits(path):
 
 def _advantages(capsys, root: Path, tmp_path: Path, out: str) -> Outcome:
     steps = write_parquet_atomic(steps_table(), tmp_path / "in" / "steps.parquet").path
-    return cli(capsys, "--data-root", str(root), "advantages", "--estimator", "grpo", "--steps", steps, "--out", out)
+    return cli(
+        capsys, "--data-root", str(root), "advantages", "--estimator", "grpo", "--steps", steps, "--out", out
+    )
 
 
 def test_advantages_out_a_folder_is_one_line(capsys, tmp_path, empty_root):
@@ -293,13 +311,17 @@ def make(calls_file, **params):
 """
 
 
-def test_a_registered_config_is_read_back_without_calling_its_factory(capsys, tmp_path, empty_root, monkeypatch):
+def test_a_registered_config_is_read_back_without_calling_its_factory(
+    capsys, tmp_path, empty_root, monkeypatch
+):
     module = "creditline_test_env_counting"
     (tmp_path / f"{module}.py").write_text(textwrap.dedent(COUNTING_ENV))
     monkeypatch.syspath_prepend(str(tmp_path))
     calls = tmp_path / "calls"
     config = tmp_path / "counting.toml"
-    config.write_text(f'name = "counting"\n[env]\nname = "{module}:make"\nparams = {{ calls_file = "{calls}" }}\n')
+    config.write_text(
+        f'name = "counting"\n[env]\nname = "{module}:make"\nparams = {{ calls_file = "{calls}" }}\n'
+    )
     outcome = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config))
     assert outcome.code == 0, outcome.err
     assert calls.read_text().count("called") == 1  # tried once, when the new config was loaded
