@@ -14,6 +14,7 @@ from assets.persist import (
     read_checked,
     record_table,
     recorded_output,
+    reusable,
     write_table,
 )
 from creditline.advantages import params_hash
@@ -58,6 +59,7 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         record = recorded_output(
             lineage, experiment, round_, "advantages", parents, meta={"params_hash": digest}
         )
+    record = reusable(lineage, record)
     episodes, steps, scores = (read_checked(r) for r in (episodes_record, steps_record, scores_record))
     if record is not None:  # an earlier attempt computed them
         frame = read_parquet(record.path)

@@ -7,7 +7,7 @@ import dagster as dg
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, record_table, recorded_output, write_table
+from assets.persist import log_round, materialized, record_table, recorded_output, reusable, write_table
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
 from creditline.policy import load_tokenizer
@@ -28,9 +28,10 @@ def _evaluate_policy(
     with store.session():  # the lineage reads only
         record = recorded_output(lineage, config.name, round_, "evaluation", parents)
         history = [e for e in store.evaluations(config.name) if e.round <= round_]
-        if record is not None and any(e.round == round_ and e.policy_hash == policy.content_hash
-                                      for e in history):  # fmt: skip
-            return record, history  # an earlier attempt got this far
+    record = reusable(lineage, record)
+    if record is not None and any(e.round == round_ and e.policy_hash == policy.content_hash
+                                  for e in history):  # fmt: skip
+        return record, history  # an earlier attempt got this far
     verify_checkpoint(policy)
     episodes, summary = evaluate_policy(
         engine.load(policy.path, config.rollouts, policy.content_hash),

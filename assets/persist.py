@@ -3,7 +3,7 @@
 A stage's lineage reads, and its records, are bursts of DuckDB calls that may share one connection
 (`LineageStore.session`), which keeps the catalog locked against other processes while it is open. So the
 split: `lookup_artifact` and `recorded_output` touch only the catalog (inside the session); `read_checked`,
-`write_table` and `log_round` (files, hashing, schema validation, MLflow) run outside any session.
+`reusable`, `write_table` and `log_round` (files, hashing, schema validation, MLflow) run outside any session.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from creditline.store import (
     read_parquet,
     write_parquet_atomic,
 )
+from creditline.store.errors import ChangedInputError
+from creditline.store.files import set_aside
 from creditline.store.lineage import FINGERPRINT
+from creditline.store.rounds import round_commits
 from resources import LineageResource, TrackerResource
 from resources.tracker import SERIES_MARK
 from schemas import SCHEMAS, validate
@@ -50,7 +53,7 @@ def read_checked(record: ArtifactRecord) -> pd.DataFrame:
     bytes is trusted (the round tables' blocking checks re-hash them once more, `verify` re-hashes everything);
     any other is re-hashed."""
     if problem := check_on_disk(record, quick=True):
-        raise ValueError(problem.detail)
+        raise ChangedInputError(problem.detail)
     return read_parquet(record.path)
 
 
@@ -73,7 +76,8 @@ def recorded_output(
 
     A round killed half-way is completed by running it again; a stage whose output is already recorded
     with exactly these parents (and these `meta` facts, e.g. the rubric version) is not redone. The
-    file must still exist; its hash is checked by the blocking checks and by every reader.
+    file must still exist; its bytes are checked by `reusable`, after the session (a stage passes the record
+    through it before reusing it), by the blocking checks and by every reader.
     """
     record = lineage.store().artifact(experiment, round_, kind, variant)
     if record is None or set(record.parents) != {tuple(p) for p in parents}:
@@ -81,6 +85,25 @@ def recorded_output(
     if any(record.meta.get(k) != v for k, v in (meta or {}).items()) or not os.path.exists(record.path):
         return None
     return record
+
+
+def reusable(lineage: LineageResource, record: ArtifactRecord | None) -> ArtifactRecord | None:
+    """`record` (a `recorded_output`) if its bytes are still those recorded, checked outside any lineage session.
+
+    Of a round not yet committed, an output that no longer matches its record (truncated, edited) is set aside
+    (renamed beside itself and kept, `files.set_aside`), said in one line, and None returned: the stage regenerates
+    it, as after a kill. A committed round's output is never regenerated silently: it is returned as it is, and its
+    readers, the blocking checks and `verify` refuse or report it.
+    """
+    if record is None or (problem := check_on_disk(record, quick=True)) is None:
+        return record
+    store = lineage.store()
+    if record.round in round_commits(store, record.experiment):
+        return record
+    aside = set_aside(record.path)
+    print(f"set aside {aside}: {problem.detail}; round {record.round} is not committed, so it is regenerated",
+          flush=True)  # fmt: skip
+    return None
 
 
 def write_table(

@@ -26,6 +26,7 @@ from assets.persist import (
     read_checked,
     record_table,
     recorded_output,
+    reusable,
     write_table,
 )
 from creditline.engines import release_generation_memory
@@ -78,6 +79,8 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
             else recorded_output(lineage, experiment, round_, "model_rewards",
                                  [(model_record.content_hash, "computed_by"), (records["steps"].content_hash, "computed_from")])
         )  # fmt: skip
+    model_record = reusable(lineage, model_record)
+    rewards_record = reusable(lineage, rewards_record) if model_record is not None else None
     if model_record is not None and rewards_record is not None:  # an earlier attempt got this far
         rewards, metrics = read_parquet(rewards_record.path), []
     else:

@@ -13,7 +13,7 @@ import dagster as dg
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, record_table, recorded_output, write_table
+from assets.persist import log_round, materialized, record_table, recorded_output, reusable, write_table
 from creditline.branching import branch_links, branch_summary
 from creditline.lineage_chain import ensure_initial_policy, parent_record, verify_checkpoint
 from creditline.policy import load_tokenizer
@@ -22,6 +22,7 @@ from creditline.store import read_parquet
 from creditline.verifiers_import import read_source, record_source, source_tables
 from creditline.verifiers_source import play_with_verifiers
 from resources import EngineResource, LineageResource, TrackerResource
+from resources.tracker import check_writable
 
 VERSION = code_version(__name__)
 
@@ -52,6 +53,7 @@ def rollouts(
 ):
     """Play the round's training tasks with the parent checkpoint (round N−1's, or the initial policy)."""
     experiment, round_ = parse_round_key(context.partition_key)
+    check_writable(tracker)  # a tracking store that cannot be written stops the round before its first artifact
     config = lineage.experiment(experiment)
     store = lineage.store()
     if round_ == 1:  # built (or registered) on first use, outside any lineage session
@@ -75,6 +77,7 @@ def rollouts(
     with store.session():  # the lineage reads only
         episodes = recorded_output(lineage, experiment, round_, "episodes", generated_by)
         steps = recorded_output(lineage, experiment, round_, "steps", generated_by)
+    episodes, steps = reusable(lineage, episodes), reusable(lineage, steps)
     if episodes is not None and steps is not None:  # an earlier attempt got this far
         episode_table, step_table = read_parquet(episodes.path), read_parquet(steps.path)
     else:

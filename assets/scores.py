@@ -11,6 +11,7 @@ from assets.persist import (
     read_checked,
     record_table,
     recorded_output,
+    reusable,
     write_table,
 )
 from creditline.round import score_rollouts
@@ -39,6 +40,7 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
         steps_record = lookup_artifact(lineage, experiment, round_, "steps")
         parents = [(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")]
         record = recorded_output(lineage, experiment, round_, "scores", parents, meta=meta)
+    record = reusable(lineage, record)
     episodes, steps = read_checked(episodes_record), read_checked(steps_record)
     frame = read_parquet(record.path) if record is not None else score_rollouts(config, episodes, steps)
     episode_reward = frame.drop_duplicates("episode_id")["episode_reward"]

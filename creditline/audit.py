@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from creditline.store import ArtifactRecord, LineageNode, LineageStore, check_on_disk
+from creditline.store import ArtifactRecord, LineageNode, LineageStore, Problem, check_on_disk
+from creditline.store.lineage import UNVERIFIABLE, consumer_problems
 from creditline.store.rounds import tracking_runs
 
 KIND_ORDER = [
@@ -95,15 +96,18 @@ class LineageReport:
     round: int
     checkpoint_hash: str
     entries: list[AuditEntry]
+    problems: tuple[str, ...] = ()
+    """What `verify` finds about the listed artifacts beyond their files (lineage edges deleted or added, rounds
+    that consumed a changed input), one line each: each spoils ``all_match`` too."""
 
     @property
     def all_match(self) -> bool:
-        return all(e.matches for e in self.entries)
+        return all(e.matches for e in self.entries) and not self.problems
 
     @property
     def mismatches(self) -> list[str]:
-        """One line per entry that spoils ``all_match``."""
-        return [e.mismatch() for e in self.entries if not e.matches]
+        """One line per entry that spoils ``all_match``, then one per other problem."""
+        return [e.mismatch() for e in self.entries if not e.matches] + list(self.problems)
 
     def as_dict(self) -> dict:
         return {"experiment": self.experiment, "round": self.round, "checkpoint": self.checkpoint_hash,
@@ -177,7 +181,17 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
                 entries.append(entry(a, NOT_IN_CHAIN))
     rank = {k: i for i, k in enumerate(KIND_ORDER)}
     entries.sort(key=lambda e: (-e.round, rank.get(e.kind, len(rank)), e.variant))
-    return LineageReport(experiment, round_, record.content_hash, entries)
+    return LineageReport(experiment, round_, record.content_hash, entries, _catalog_problems(store, experiment, entries))
+
+
+def _catalog_problems(store: LineageStore, experiment: str, entries: list[AuditEntry]) -> tuple[str, ...]:
+    """The problems `verify` reports about the listed artifacts that their own entries do not show: edges (by the
+    child's path, or the parent's hash) and consumers of a missing or changed artifact (files are not re-read)."""
+    paths = {e.path for e in entries if e.path}
+    hashes = {e.content_hash for e in entries}
+    unverifiable = [Problem(e.on_disk, e.path, e.content_hash, None, "") for e in entries if e.on_disk in UNVERIFIABLE]
+    found = consumer_problems(store.artifacts(experiment), unverifiable) + store.edge_problems(experiment)
+    return tuple(f"{p.kind}: {p.detail}" for p in found if p.path in paths or p.expected_hash in hashes)
 
 
 def _chain_entries(

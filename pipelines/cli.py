@@ -153,15 +153,21 @@ def _run_round(args, instance, store, experiment: str, round_: int, rounds: int)
 
 
 def _round_failed(args, experiment: str, round_: int, result) -> int:
-    """Say why a round failed: a failed blocking check is an expected error (exit 2), anything else a
-    failed round (exit 1)."""
+    """Say why a round failed: a failed blocking check, or a step failed with an expected error class (a changed
+    input, say), is an expected error (exit 2); anything else a failed round (exit 1)."""
     from pipelines.reaper import close_round_tracking
 
-    close_round_tracking(args.data_root, experiment, round_, "FAILED")
-    lines = failure_lines(result, args.debug) or ["see the run in the Dagster UI"]
+    expected = {cls.__name__ for cls in _expected_errors()}
+    lines = failure_lines(result, args.debug, expected) or ["see the run in the Dagster UI"]
+    try:
+        close_round_tracking(args.data_root, experiment, round_, "FAILED")
+    except Exception as exc:  # e.g. a tracking store that cannot be written, which the step's line names
+        lines.append(f"its MLflow runs were not closed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
     run = f"dagster run {result.run_id[:8]}"
     if stopped_by_checks(result):
         raise RoundStopped("\n".join([f"round {round_} stopped before training ({run}):", *lines]))
+    if stopped_by_checks(result, expected):
+        raise RoundStopped("\n".join([f"round {round_} stopped ({run}):", *lines]))
     print(f"round {round_} failed ({run}):", file=sys.stderr)
     for line in lines:
         print(f"  {line}", file=sys.stderr)
@@ -651,14 +657,21 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from creditline.deployment import DeploymentError
     from creditline.lineage_chain import ParentCheckpointError
     from creditline.store import ExperimentConfigMismatch, StoreLockedError
-    from creditline.store.errors import CatalogTooNewError, CatalogUnreachableError
+    from creditline.store.errors import (
+        CatalogDamagedError,
+        CatalogTooNewError,
+        CatalogUnreachableError,
+        ChangedInputError,
+        TrackingStoreError,
+    )
     from creditline.store.leases import LeaseHeldError
     from pipelines.reachability import StoreUnreachable
     from schemas import TableValidationError
 
     return (UsageError, RoundStopped, ConfigError, ExperimentConfigMismatch, StoreLockedError, LeaseHeldError,
             ParentCheckpointError, TableValidationError, AdvantageInputError, DeploymentError,
-            StoreUnreachable, CatalogTooNewError, CatalogUnreachableError)  # fmt: skip
+            StoreUnreachable, CatalogTooNewError, CatalogUnreachableError, CatalogDamagedError, TrackingStoreError,
+            ChangedInputError)  # fmt: skip
 
 
 def _interrupt(signum, frame):

@@ -13,7 +13,7 @@ import functools
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import dagster as dg
 
@@ -152,23 +152,31 @@ class RoundStopped(RuntimeError):
 CHECK_FAILED = "DagsterAssetCheckFailedError"
 
 
-def stopped_by_checks(result) -> bool:
-    """True when every failed step is a blocking check's stop: bad data, not a bug."""
-    causes = {
-        event.event_specific_data.error.cls_name for event in result.all_events if event.is_step_failure
-    }
-    return causes == {CHECK_FAILED}
+def stopped_by_checks(result, expected: Collection[str] = ()) -> bool:
+    """True when every failed step is a blocking check's stop, or failed with an error whose innermost class is
+    named in `expected` (a changed input, a table breaking its schema): bad data, not a bug."""
+    causes = {_cause(event.event_specific_data.error) for event in result.all_events if event.is_step_failure}
+    return bool(causes) and causes <= {CHECK_FAILED, *expected}
 
 
-def failure_lines(result, debug: bool) -> list[str]:
-    """What stopped a round: failed steps and failed blocking checks, one line each."""
+def _cause(error) -> str:
+    """CHECK_FAILED for a blocking check's stop, else the class name of the error's innermost cause."""
+    return CHECK_FAILED if error.cls_name == CHECK_FAILED else _innermost(error).cls_name
+
+
+def failure_lines(result, debug: bool, expected: Collection[str] = ()) -> list[str]:
+    """What stopped a round: failed steps and failed blocking checks, one line each. A step that failed with an
+    `expected` error class says its message alone, as the CLI's `error:` lines do."""
     lines = []
     for event in result.all_events:
         if event.is_step_failure:
             error = event.event_specific_data.error
             if error.cls_name == CHECK_FAILED:
                 continue  # the failed check itself is reported below, with its problem
-            text = error.to_string() if debug else root_message(error)
+            if debug:
+                text = error.to_string()
+            else:
+                text = root_message(error, with_class=_innermost(error).cls_name not in expected)
             lines.append(f"{event.step_key}: {text}")
         elif event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.passed:
             data = event.event_specific_data
@@ -178,8 +186,18 @@ def failure_lines(result, debug: bool) -> list[str]:
     return lines
 
 
-def root_message(error) -> str:
-    """The innermost cause of a Dagster error: what the user's data or code actually said."""
+def _innermost(error):
     while error.cause is not None:
         error = error.cause
-    return f"{error.cls_name}: {error.message.strip().splitlines()[0] if error.message.strip() else ''}"
+    return error
+
+
+def root_message(error, with_class: bool = True) -> str:
+    """The innermost cause of a Dagster error: what the user's data or code actually said, its class named once
+    (Dagster's message already starts with the qualified class name: `pkg.module.Class: text`)."""
+    error = _innermost(error)
+    text = error.message.strip().splitlines()[0] if error.message.strip() else ""
+    head, sep, rest = text.partition(": ")
+    if sep and head.rsplit(".", 1)[-1] == error.cls_name:
+        text = rest
+    return f"{error.cls_name}: {text}" if with_class else text

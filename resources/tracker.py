@@ -162,3 +162,30 @@ class TrackerResource(dg.ConfigurableResource):
     def close(self, run_id: str, status: str = "FINISHED") -> None:
         """Set a run FINISHED, FAILED or KILLED with the current time as its end time."""
         self.client().set_terminated(run_id, status)
+
+
+def check_writable(tracker: TrackerResource) -> None:
+    """Refuse an embedded tracking store (`<data_root>/mlflow.db`) that exists but cannot be read or written
+    (truncated, overwritten, read-only) before a round writes anything: otherwise the round would fail only once its
+    rollouts are on disk. A cheap probe: sqlite's `quick_check`, then a write lock taken and released. A store not
+    created yet is fine (MLflow creates it); a tracking server (`tracking_uri`) is not probed here.
+    Raises `TrackingStoreError` naming the file."""
+    import sqlite3
+
+    from creditline.store.errors import TrackingStoreError
+
+    path = Path(tracker.data_root) / "mlflow.db"
+    if tracker.tracking_uri or not path.exists():
+        return
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30)
+        try:
+            verdict = con.execute("PRAGMA quick_check(1)").fetchone()[0]
+            if verdict != "ok":
+                raise sqlite3.DatabaseError(verdict)
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise TrackingStoreError(str(path), str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None

@@ -32,7 +32,12 @@ from typing import TypeVar
 
 import duckdb
 
-from creditline.store.errors import CatalogTooNewError, CatalogUnreachableError, StoreLockedError
+from creditline.store.errors import (
+    CatalogDamagedError,
+    CatalogTooNewError,
+    CatalogUnreachableError,
+    StoreLockedError,
+)
 
 T = TypeVar("T")
 
@@ -75,13 +80,28 @@ def open_catalog(target: str) -> duckdb.DuckDBPyConnection:
     if not is_postgres(target):
         try:
             return duckdb.connect(target)
-        except duckdb.IOException as error:
+        except duckdb.Error as error:
             if "created with an newer version" in str(error) or "newer version of DuckDB" in str(error):
                 raise CatalogTooNewError(target, duckdb.__version__) from None
+            if _is_damaged(error) and os.path.isfile(target):
+                raise CatalogDamagedError(target, str(error).splitlines()[0]) from None
             raise
     con = _attached(target, os.getpid()).cursor()
     con.execute("USE lineage")
     return con
+
+
+_DAMAGED = ("could not read enough bytes", "not a valid duckdb database", "corrupt", "checksum")
+"""Words of DuckDB's errors on opening a file that is truncated, overwritten or not a catalog at all."""
+
+
+def _is_damaged(error: BaseException) -> bool:
+    """True when opening the catalog file failed because its bytes are damaged (never for a lock, a permission or a
+    newer DuckDB's file)."""
+    text = str(error).lower()
+    if is_lock_error(error) or "permission denied" in text:
+        return False
+    return isinstance(error, duckdb.SerializationException) or any(word in text for word in _DAMAGED)
 
 
 @functools.lru_cache(maxsize=8)

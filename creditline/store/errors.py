@@ -60,3 +60,29 @@ class CatalogTooNewError(ValueError):
 
 class CatalogUnreachableError(ConnectionError):
     """The Postgres lineage catalog could not be attached (down, refused, wrong credentials); password hidden."""
+
+
+class CatalogDamagedError(RuntimeError):
+    """The DuckDB catalog file exists but DuckDB cannot open it: truncated, overwritten, or not a catalog at all."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(
+            f"lineage catalog {path} cannot be opened, it is damaged ({detail}); restore it from a backup: "
+            f"creditline cannot rebuild it from the data files (their lineage, round commits and runs live only in it)"
+        )
+
+
+class TrackingStoreError(RuntimeError):
+    """The embedded MLflow tracking store (`<data_root>/mlflow.db`) cannot be read or written."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(
+            f"MLflow tracking store {path} cannot be written ({detail}); nothing of the round was written: "
+            f"restore the file from a backup (or, if it is only read-only, make it writable)"
+        )
+
+
+class ChangedInputError(ValueError):
+    """A recorded input is missing, or its bytes no longer hash to its record: refused rather than read."""

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,25 @@ def _fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
         _fsync_directory(Path(dirpath))
+
+
+def set_aside(path: PathLike) -> Path:
+    """Rename the file or folder at ``path`` beside itself as ``<name>.set-aside-<UTC time>`` and return the new path.
+
+    For a recorded output of an unfinished round whose bytes no longer match its record: it is kept for a person to
+    look at (neither deleted nor a hidden temp name the orphan reaper would clear), and its name is free again for
+    the stage that regenerates it.
+    """
+    source = Path(path)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = source.with_name(f"{source.name}.set-aside-{stamp}")
+    for n in itertools.count(1):
+        if not target.exists():
+            break
+        target = source.with_name(f"{source.name}.set-aside-{stamp}-{n}")
+    os.replace(source, target)
+    _fsync_directory(source.parent)
+    return target
 
 
 def _swap_into_place(new: Path, final: Path) -> None:

@@ -250,9 +250,12 @@ class LineageStore:
         sorted ``parents``). With ``objects``, the artifact is published there first and ``meta["object"]`` names
         it. A ``meta["on_disk"]`` fingerprint must come from the writer, taken when it
         hashed the bytes (`FileRecord.fingerprint`, `hashed_folder`): only then does it vouch
-        for them.
+        for them. It is bound to the hash it was taken with (``meta["on_disk_of"]``, added here when the
+        writer did not): a reader trusts it for that hash only.
         """
         edges = _checked_parents(artifact.content_hash, artifact.parents if parents is None else parents)
+        if artifact.meta.get(FINGERPRINT) is not None and FINGERPRINT_OF not in artifact.meta:
+            artifact = dataclasses.replace(artifact, meta={**artifact.meta, FINGERPRINT_OF: artifact.content_hash})
         if self.objects is not None and "object" not in artifact.meta:  # the bytes first, then the record
             published = self.objects.publish(artifact.path, artifact.content_hash)
             artifact = dataclasses.replace(artifact, meta={**artifact.meta, "object": published})
@@ -487,8 +490,16 @@ class LineageStore:
         Temp files of dead writers belong to the data root, not to the catalog: ``orphans.orphan_problems``.
         With ``objects``, an artifact published there is checked there too ("object_missing",
         "object_changed": its whole bytes re-hashed); its local copy is then a cache, checked when present.
+        "consumed": an artifact that declares as its parent one of those missing or changed artifacts (by its
+        recorded hash), so every round that consumed an input that cannot be verified is named.
         """
-        problems = [p for record in self.artifacts(experiment) for p in self._copy_problems(record)]
+        records = self.artifacts(experiment)
+        problems = [p for record in records for p in self._copy_problems(record)]
+        return problems + consumer_problems(records, problems) + self.edge_problems(experiment)
+
+    def edge_problems(self, experiment: str) -> list[Problem]:
+        """The edge checks of `verify` alone (catalog queries, no file is read)."""
+        problems: list[Problem] = []
         found = self.transaction(lambda con: {kind: con.execute(sql, [experiment]).fetchall()
                                        for kind, sql in _EDGE_CHECKS.items()})  # fmt: skip
         for kind, rows in found.items():
@@ -551,8 +562,32 @@ _EDGE_DETAILS = {
 }
 
 
+UNVERIFIABLE = ("missing", "changed", "object_missing", "object_changed")
+"""File problems after which the recorded hash no longer vouches for any bytes one can read."""
+
+
+def consumer_problems(records: Sequence[ArtifactRecord], problems: Sequence[Problem]) -> list[Problem]:
+    """A "consumed" problem for each of `records` whose declared parent is the recorded hash of an artifact with an
+    `UNVERIFIABLE` problem: the round it belongs to was made from an input that can no longer be checked."""
+    bad = {p.expected_hash: p for p in problems if p.kind in UNVERIFIABLE}
+    names = {r.content_hash: _describe(r.experiment, r.round, r.kind, r.variant) for r in records}
+    found = []
+    for record in records:
+        for parent, relation in record.parents:
+            if (problem := bad.get(parent)) is not None:
+                where = _describe(record.experiment, record.round, record.kind, record.variant)
+                detail = (f"{where} ({record.content_hash[:12]}) is {relation} {names.get(parent, 'an artifact')} "
+                          f"({parent[:12]}), which is {problem.kind.replace('_', ' ')}: round {record.round} "
+                          "consumed an input that no longer matches its record")  # fmt: skip
+                found.append(Problem("consumed", record.path, parent, problem.actual_hash, detail))
+    return found
+
+
 FINGERPRINT = "on_disk"
 """Meta key of an artifact's `files.stat_fingerprint`, taken by its writer when it hashed the bytes."""
+FINGERPRINT_OF = "on_disk_of"
+"""Meta key of the content hash the `FINGERPRINT` was taken with: the fingerprint vouches for that hash only, so a
+record whose hash was edited behind the store's back (or re-recorded with stale meta) is re-hashed, not trusted."""
 MANIFEST = "file_hashes"
 """Meta key of a folder artifact's `files.directory_manifest` (per-file sha256), taken when it was hashed."""
 
@@ -562,8 +597,9 @@ def hashed_folder(folder: str | Path) -> tuple[str, dict]:
     and, if no file changed while it was read, the stat fingerprint that lets readers trust it (`FINGERPRINT`)."""
     before = stat_fingerprint(folder)
     manifest = directory_manifest(folder)
-    trusted = {FINGERPRINT: before} if stat_fingerprint(folder) == before else {}
-    return manifest_hash(manifest), {MANIFEST: manifest, **trusted}
+    content_hash = manifest_hash(manifest)
+    trusted = {FINGERPRINT: before, FINGERPRINT_OF: content_hash} if stat_fingerprint(folder) == before else {}
+    return content_hash, {MANIFEST: manifest, **trusted}
 
 
 def check_object(objects: ObjectStore, record: ArtifactRecord) -> Problem | None:
@@ -586,18 +622,15 @@ def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None
     The one place that checks an artifact against the disk. Full (the default: ``verify``, the audit, the
     blocking checks on tables): the bytes are re-hashed. ``quick`` (readers inside a round, the parent
     checkpoint's check): an artifact whose files still have the fingerprint its writer recorded (size, mtime,
-    inode, ctime: `files.stat_fingerprint`) is trusted without reading its bytes; any other is re-hashed. A folder
+    inode, ctime: `files.stat_fingerprint`), taken with the hash the record now holds (`FINGERPRINT_OF`), is
+    trusted without reading its bytes; any other is re-hashed (an edited recorded hash included). A folder
     recorded with its manifest names the files that changed.
     """
     where = _describe(record.experiment, record.round, record.kind, record.variant)
     if not os.path.exists(record.path):
         detail = f"{where} ({record.content_hash[:12]}): {record.path} does not exist"
         return Problem("missing", record.path, record.content_hash, None, detail)
-    if (
-        quick
-        and record.meta.get(FINGERPRINT) is not None
-        and record.meta[FINGERPRINT] == stat_fingerprint(record.path)
-    ):
+    if quick and _fingerprint_vouches(record):
         return None
     manifest = record.meta.get(MANIFEST) if isinstance(record.meta.get(MANIFEST), dict) else None
     now = directory_manifest(record.path) if manifest and os.path.isdir(record.path) else None
@@ -614,6 +647,15 @@ def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None
         )
         return Problem("changed", record.path, record.content_hash, actual, detail)
     return None
+
+
+def _fingerprint_vouches(record: ArtifactRecord) -> bool:
+    """True when the record's files still have the fingerprint its writer took, with the very hash it records."""
+    return (
+        record.meta.get(FINGERPRINT) is not None
+        and record.meta.get(FINGERPRINT_OF) == record.content_hash
+        and record.meta[FINGERPRINT] == stat_fingerprint(record.path)
+    )
 
 
 def _describe(experiment: str, round_: int, kind: str, variant: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 ProblemKind = Literal[
     "missing", "changed", "dangling", "edge_missing", "edge_extra", "orphan_edge", "orphan",
-    "incomplete", "uncommitted", "tracking", "object_missing", "object_changed",
+    "incomplete", "uncommitted", "tracking", "object_missing", "object_changed", "consumed",
 ]  # fmt: skip
 """What ``LineageStore.verify`` found (see ``Problem.kind``)."""
 
@@ -123,7 +123,8 @@ class Problem:
     declares (an added edge); "orphan_edge": an edge whose child hash no artifact carries (its row was
     deleted or its hash edited); "orphan": a temp file or folder left by a writer that died;
     "object_missing" / "object_changed": the artifact's published object (`meta["object"]`) is gone, or its
-    bytes hash differently than recorded."""
+    bytes hash differently than recorded; "consumed": the artifact declares as its parent an artifact that is
+    missing or changed (``expected_hash``: that parent's recorded hash)."""
     path: str
     """The artifact's path; for the edge kinds the child's path ("orphan_edge": the parent's, or "" if
     unknown); for "orphan", the temp file or folder."""
