@@ -89,7 +89,7 @@ test: servers
 	exit $$(( suite || engine ))
 
 ui: install
-	$(BIN)/python -c "from pipelines.instance import dagster_home; dagster_home('$(DATA_ROOT)')"
+	$(BIN)/python -c "from pipelines.instance import get_instance; get_instance('$(DATA_ROOT)').dispose()"
 	DAGSTER_HOME=$(DATA_ROOT)/dagster_home $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 bench: install-test

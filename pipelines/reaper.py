@@ -88,6 +88,13 @@ def free_stale_slots(instance: dg.DagsterInstance) -> list[str]:
     return lines
 
 
+def waits_for_slot(instance: dg.DagsterInstance, process: str) -> bool:
+    """True when an in-flight run executed by `process` (its `creditline/process` tag) has a step waiting
+    for a slot of one of our pools."""
+    runs = {run.run_id for run in instance.get_runs(dg.RunsFilter(tags={PROCESS_TAG: process}, statuses=LIVE))}
+    return any(runs & instance.event_log_storage.get_concurrency_info(pool).pending_run_ids for pool in POOLS)
+
+
 def pool_holders(instance: dg.DagsterInstance) -> list[str]:
     """Who holds each pool's slots now, for a person waiting on them."""
     return [f"pool {pool!r} is held by " + (describe_run(run) if run else f"run {run_id[:8]}")

@@ -1,9 +1,12 @@
 """Running a round's job in this process, as `creditline run` and `rescore` do, politely.
 
 Before a round: reclaim what dead processes left (`reaper`, orphan temp files), refuse if another live
-process is running this experiment, wait, saying for whom, while another run holds a pool slot. After a
-failed round: one line per failed step or blocking check, with the innermost cause (the traceback only
-with `--debug`).
+process is running this experiment, wait, saying for whom, while another run holds a pool slot. While the
+round runs: a step that waits for a pool slot (another experiment's run took it between two of our steps)
+is watched from a thread (`_watching_pools`), which says for whom it waits, reclaims the slot if its holder
+died, and turns Ctrl-C or SIGTERM into an interrupt at once (Dagster's own wait for a slot never looks at
+either). After a failed round: one line per failed step or blocking check, with the innermost cause (the
+traceback only with `--debug`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import contextlib
 import functools
 import os
 import signal
+import threading
 import time
 from collections.abc import Collection, Iterator
+from pathlib import Path
 
 import dagster as dg
 
@@ -53,7 +58,7 @@ def execute_partition(
 
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING" if debug else "CRITICAL"}}}}
     tags = {**(tags or {}), PROCESS_TAG: str(this_process())}
-    with _interrupt_signals() as seen:
+    with _interrupt_signals() as seen, _watching_pools(data_root, seen):
         if load_deployment().dagster.executor == "in_process":
             result = round_job_def(data_root, job_name).execute_in_process(
                 instance=instance,
@@ -81,8 +86,23 @@ class RoundInterrupted(KeyboardInterrupt):
         self.run_id = run_id
 
 
+class Interrupts(set[int]):
+    """The interrupt signals (SIGINT, SIGTERM) received so far, read from the wakeup pipe by `drain`."""
+
+    def __init__(self, read_end: int) -> None:
+        super().__init__()
+        self._read_end = read_end
+        self._lock = threading.Lock()
+
+    def drain(self) -> bool:
+        """Take in the signals written to the pipe since the last call; True if any interrupt came."""
+        with self._lock, contextlib.suppress(BlockingIOError, OSError):
+            self.update(s for s in os.read(self._read_end, 4096) if s in (signal.SIGINT, signal.SIGTERM))
+        return bool(self)
+
+
 @contextlib.contextmanager
-def _interrupt_signals() -> Iterator[set[int]]:
+def _interrupt_signals() -> Iterator[Interrupts]:
     """The interrupt signals received inside the block.
 
     Dagster takes SIGINT/SIGTERM over while it executes a run in this process; an interrupt that
@@ -94,15 +114,80 @@ def _interrupt_signals() -> Iterator[set[int]]:
     os.set_blocking(read_end, False)
     os.set_blocking(write_end, False)
     previous = signal.set_wakeup_fd(write_end)
-    seen: set[int] = set()
+    seen = Interrupts(read_end)
     try:
         yield seen
     finally:
         signal.set_wakeup_fd(previous)
-        with contextlib.suppress(BlockingIOError):
-            seen.update(s for s in os.read(read_end, 4096) if s in (signal.SIGINT, signal.SIGTERM))
+        seen.drain()
         os.close(read_end)
         os.close(write_end)
+
+
+SLOT_POLL_S = 2.0
+"""How often a run of this process that waits for a pool slot looks at the slot's holder and for Ctrl-C."""
+
+
+class _WokenToStop(KeyboardInterrupt):
+    """Raised in the main thread by `_watching_pools` when an interrupt came while a step waited for a slot."""
+
+
+def _raise_woken(signum, frame):
+    raise _WokenToStop("interrupted while waiting for a pool slot")
+
+
+@contextlib.contextmanager
+def _watching_pools(data_root: str, interrupts: Interrupts) -> Iterator[None]:
+    """Watch, from a thread, whether this process's run waits for a pool slot; see `_watch_slot_waits`.
+
+    To stop a main thread asleep in Dagster's wait, the watcher signals it with SIGUSR1, whose handler
+    (ours for the block) raises a KeyboardInterrupt there: Dagster marks the run failed ("interrupted"),
+    frees its pending claims, and returns; `execute_partition` then raises RoundInterrupted.
+    """
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGUSR1, _raise_woken)
+    watcher = threading.Thread(target=_watch_slot_waits, name="pool-slot-watch", daemon=True,
+                               args=(data_root, interrupts, stop, threading.main_thread().ident))  # fmt: skip
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _watch_slot_waits(data_root: str, interrupts: Interrupts, stop: threading.Event, main_thread: int) -> None:
+    """Every SLOT_POLL_S while this process's run waits for a pool slot: reclaim the runs of dead processes
+    (their slots go to the waiting steps), say once per change who holds the slots, and wake the main
+    thread to stop if Ctrl-C or SIGTERM came. A failed poll (a locked sqlite file) is tried again."""
+    from creditline.liveness import this_process
+    from pipelines.reaper import pool_holders, reap_dead_runs, waits_for_slot
+
+    instance, announced, me = None, [], str(this_process())
+    while not stop.wait(SLOT_POLL_S):
+        try:
+            instance = instance or dg.DagsterInstance.from_config(str(Path(data_root) / "dagster_home"))
+            if not waits_for_slot(instance, me):
+                announced = []
+                continue
+            for line in reap_dead_runs(instance, data_root):
+                print(line, flush=True)
+            announced = _announce_holders(pool_holders(instance), announced)
+            if interrupts.drain() and not stop.is_set():
+                signal.pthread_kill(main_thread, signal.SIGUSR1)
+                return
+        except Exception:  # noqa: BLE001 - the next poll tries again; the run itself is not affected
+            continue
+    if instance is not None:
+        instance.dispose()
+
+
+def _announce_holders(held: list[str], announced: list[str]) -> list[str]:
+    """Print who holds the pool slots when that changed; return what is now announced."""
+    if held and held != announced:
+        print("waiting: " + "; ".join(held) + " (Ctrl-C to stop)", flush=True)
+    return held
 
 
 def reclaim_dead(instance, data_root: str) -> None:
@@ -122,9 +207,7 @@ def wait_for_pools(instance, data_root: str, poll_s: float = 2.0) -> None:
 
     announced: list[str] = []
     while held := pool_holders(instance):
-        if held != announced:
-            print("waiting: " + "; ".join(held) + " (Ctrl-C to stop)", flush=True)
-            announced = held
+        announced = _announce_holders(held, announced)
         time.sleep(poll_s)
         for line in reap_dead_runs(instance, data_root):
             print(line, flush=True)

@@ -10,17 +10,21 @@
   Timestamps are the wall clock at logging time.
 
 The embedded default is a sqlite tracking store under the data root with artifacts beside it; any
-tracking server works through `tracking_uri`.
+tracking server works through `tracking_uri`. MLflow creates and migrates that sqlite file on first use with
+no lock: each process opens it once under the data root's first-start lock (`creditline.store.first_start`),
+after dropping the `_alembic_tmp_*` tables a migration that lost such a race (or was killed) left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
 import dagster as dg
 
 from creditline.store import LineageStore
+from creditline.store.first_start import first_start_lock
 from creditline.store.rounds import EXPERIMENT_RUN_ROUND, record_tracking_run, round_commits, tracking_run_id
 
 ROUND_TAG = "creditline.round"
@@ -36,6 +40,8 @@ _RUN_IDS: dict[tuple[str, str, int], str] = {}
 """(catalog, experiment, round) -> MLflow run id, per process: recorded once in DuckDB, never changed."""
 _CHECKED: set[tuple[str, str]] = set()
 """(catalog, run id) whose status this process has already checked (and reopened if needed)."""
+_OPENED: set[str] = set()
+"""Embedded tracking stores this process has opened (created, migrated) under the first-start lock."""
 
 
 def _flatten(prefix: str, value, out: dict[str, str]) -> dict[str, str]:
@@ -51,6 +57,23 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _drop_abandoned_migration_tables(path: Path) -> None:
+    """Drop the `_alembic_tmp_*` copies a migration killed or beaten by a racing first start left.
+
+    Called under the first-start lock before MLflow opens the store: every migration of the embedded store runs
+    under that lock, so none is in progress and the copies are rubbish (the next migration would trip over them).
+    """
+    import sqlite3
+
+    if not path.exists():
+        return
+    with contextlib.closing(sqlite3.connect(path)) as con, con:
+        names = [row[0] for row in con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]  # fmt: skip
+        for name in names:
+            con.execute(f'DROP TABLE "{name}"')
+
+
 class TrackerResource(dg.ConfigurableResource):
     data_root: str
     tracking_uri: str = ""
@@ -62,8 +85,14 @@ class TrackerResource(dg.ConfigurableResource):
     def client(self):
         import mlflow  # imported here: ~1.5 s, and only the assets that log need it
 
+        uri = self.uri()
+        if not self.tracking_uri and uri not in _OPENED:
+            with first_start_lock(self.data_root):
+                _drop_abandoned_migration_tables(Path(self.data_root) / "mlflow.db")
+                mlflow.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates, migrates
+            _OPENED.add(uri)
         # MLflow caches its tracking store per URI: after the first client, a new one costs ~3 ms.
-        return mlflow.MlflowClient(tracking_uri=self.uri())
+        return mlflow.MlflowClient(tracking_uri=uri)
 
     def _experiment_id(self, client, experiment: str) -> str:
         found = client.get_experiment_by_name(experiment)

@@ -1,0 +1,83 @@
+"""First starts at the same moment on an empty data root must not wedge it.
+
+Dagster's sqlite storages and MLflow's sqlite store create and stamp their schema on first use, with no lock.
+Before `creditline.store.first_start`, two `creditline register` started together left Dagster's run storage
+with two `alembic_version` rows (every later command failed: "more than one head present"), and two
+processes opening the MLflow store together failed in its migration ("_alembic_tmp_... already exists").
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import creditline
+
+pytestmark = pytest.mark.slow
+TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
+STARTS = 4
+OPEN_TRACKER = "from resources.tracker import TrackerResource; import sys; " \
+               "TrackerResource(data_root=sys.argv[1]).client().search_experiments(max_results=1)"  # fmt: skip
+
+
+def _together(*commands: list[str], env: dict[str, str]) -> list[subprocess.CompletedProcess]:
+    """Start the commands at once; wait for all."""
+    processes = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for c in commands]  # fmt: skip
+    return [subprocess.CompletedProcess(p.args, p.wait(timeout=300), *p.communicate()) for p in processes]
+
+
+def _stamps(db: Path) -> list[str]:
+    with sqlite3.connect(db) as con:
+        return [row[0] for row in con.execute("SELECT version_num FROM alembic_version")]
+
+
+def _tables(db: Path, like: str) -> list[str]:
+    with sqlite3.connect(db) as con:
+        return [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE name LIKE ?", [like])]
+
+
+def test_simultaneous_first_registers_leave_one_schema_stamp(tmp_path):
+    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    register = [sys.executable, "-m", "pipelines.cli", "register", "--experiment", "e{}", "--config", str(TINY)]
+    results = _together(*([a.format(i) for a in register] for i in range(STARTS)), env=env)
+    assert [r.returncode for r in results] == [0] * STARTS, [r.stderr[-400:] for r in results]
+    databases = sorted((tmp_path / "dagster_home").rglob("*.db"))
+    assert databases and all(len(_stamps(db)) == 1 for db in databases), {str(d): _stamps(d) for d in databases}
+    again = creditline(tmp_path, "register", "--experiment", "e0", "--config", str(TINY))
+    assert again.returncode == 0, again.stderr
+
+
+def test_simultaneous_first_tracker_opens_all_succeed(tmp_path):
+    results = _together(*([sys.executable, "-c", OPEN_TRACKER, str(tmp_path)] for _ in range(STARTS)),
+                        env=dict(os.environ))  # fmt: skip
+    assert [r.returncode for r in results] == [0] * STARTS, [r.stderr[-400:] for r in results]
+    assert len(_stamps(tmp_path / "mlflow.db")) == 1
+    assert _tables(tmp_path / "mlflow.db", "\\_alembic\\_tmp%") == []
+
+
+def test_a_root_wedged_by_an_old_race_is_repaired_with_one_line(tmp_path):
+    first = creditline(tmp_path, "register", "--experiment", "wedged", "--config", str(TINY))
+    assert first.returncode == 0, first.stderr
+    runs_db = tmp_path / "dagster_home" / "history" / "runs.db"
+    (head,) = _stamps(runs_db)
+    subprocess.run([sys.executable, "-c", OPEN_TRACKER, str(tmp_path)], check=True)
+    with sqlite3.connect(runs_db) as con:  # what the losing first start stamped: Dagster's last known revision
+        con.execute("INSERT INTO alembic_version VALUES ('5771160a95ad')")
+    with sqlite3.connect(tmp_path / "mlflow.db") as con:  # and a migration that lost its race left its copy
+        con.execute("CREATE TABLE _alembic_tmp_runs (run_uuid VARCHAR(32))")
+
+    again = creditline(tmp_path, "register", "--experiment", "wedged", "--config", str(TINY))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == (
+        f"repaired {runs_db}: two first starts had stamped it twice ({', '.join(sorted([head, '5771160a95ad']))}); "
+        f"kept {head}, the revision its tables were created at"
+    )
+    assert _stamps(runs_db) == [head]
+    subprocess.run([sys.executable, "-c", OPEN_TRACKER, str(tmp_path)], check=True)
+    assert _tables(tmp_path / "mlflow.db", "\\_alembic\\_tmp%") == []
