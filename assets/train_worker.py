@@ -30,7 +30,7 @@ import torch
 from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pipes
 from torch.distributed.tensor import DTensor
 
-from creditline.config import from_dict
+from creditline.config import read_registered
 from creditline.distributed import SHARDINGS, process_group, rank_and_size, whole_state_dict
 from creditline.policy import load_policy, save_policy
 from creditline.round import train_policy
@@ -69,7 +69,7 @@ def torchrun_command(
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    config = from_dict(json.loads(Path(args.config).read_text()))
+    config = read_registered(json.loads(Path(args.config).read_text()))  # checked by the parent: run nothing
     with process_group(args.device or config.rollouts.device) as device:
         rank, world = rank_and_size()
         with _pipes(rank) as pipes:

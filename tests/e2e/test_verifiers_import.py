@@ -42,6 +42,7 @@ def test_v1_import_export_reimport_gives_the_same_per_token_advantages(tmp_path)
     assert any(v != 0.0 for values in first.values() for v in values)  # task k1 has rewards 1 and 0
 
     out = tmp_path / "back" / "traces.jsonl"
+    out.parent.mkdir()
     exported = creditline(data, "export", "--experiment", "v1", "--format", "verifiers-v1", "--out", str(out))
     assert exported.returncode == 0, exported.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
