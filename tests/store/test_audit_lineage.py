@@ -57,14 +57,16 @@ def test_an_edited_hash_is_listed_as_unrecorded_and_its_row_as_not_in_chain(
     )
     # the walk goes on through the unrecorded node: round 1's episodes are still listed and fine
     assert entries[recorded[1, "episodes"].content_hash].on_disk == "ok"
-    assert len(report.mismatches) == 2
+    # the entries' two, then what `verify` finds about the listed artifacts' edges (the edited row's edges)
+    assert len(report.mismatches) == 2 + len(report.problems) and report.problems
+    assert all(p.startswith(("edge_missing: ", "orphan_edge: ", "dangling: ")) for p in report.problems)
     text = report.as_text()
-    assert "LINEAGE DOES NOT MATCH (2)" in text
+    assert f"LINEAGE DOES NOT MATCH ({len(report.mismatches)})" in text
     assert f"round 1 unrecorded {scores.content_hash[:12]}: in the chain (computed_from" in text
     assert f"round 1 scores {edited[:12]}: recorded, but the chain points at another scores" in text
     assert "file is changed" in text
     as_dict = report.as_dict()
-    assert as_dict["all_match"] is False and len(as_dict["mismatches"]) == 2
+    assert as_dict["all_match"] is False and len(as_dict["mismatches"]) == len(report.mismatches)
 
 
 def test_a_deleted_row_is_listed_as_unrecorded(sql: Sql, store: LineageStore, recorded: Recorded) -> None:
@@ -100,4 +102,5 @@ def test_a_changed_file_is_changed(store: LineageStore, recorded: Recorded) -> N
     assert report is not None and not report.all_match
     (bad,) = [e for e in report.entries if not e.matches]
     assert (bad.kind, bad.on_disk, bad.round) == ("steps", "changed", 1)
-    assert report.mismatches == [f"round 1 steps {bad.content_hash[:12]}: file changed ({bad.path})"]
+    assert report.mismatches[0] == f"round 1 steps {bad.content_hash[:12]}: file changed ({bad.path})"
+    assert all(m.startswith("consumed: exp/") for m in report.mismatches[1:])  # what was made from it

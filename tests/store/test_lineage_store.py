@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
@@ -21,7 +20,7 @@ from creditline.store import (
     write_parquet_atomic,
 )
 from creditline.store.connection import RetryPolicy, open_catalog
-from creditline.store.errors import CatalogTooNewError
+from creditline.store.errors import CatalogDamagedError, CatalogTooNewError
 
 
 def _count(store: LineageStore, table: str) -> int:
@@ -232,7 +231,7 @@ def test_verify_reports_changed_missing_and_dangling(store: LineageStore, tmp_pa
     (Path(checkpoint) / "model.safetensors").write_bytes(b"tampered")
     problems = store.verify("exp")
     by_kind = {p.kind: p for p in problems}
-    assert len(problems) == 3 and set(by_kind) == {"missing", "changed", "dangling"}
+    assert len(problems) == 4 and set(by_kind) == {"missing", "changed", "dangling", "consumed"}
     assert by_kind["missing"].path == scores.path and by_kind["missing"].actual_hash is None
     assert by_kind["changed"].path == checkpoint
     assert by_kind["changed"].expected_hash == ck_hash
@@ -266,6 +265,6 @@ def test_a_corrupt_catalog_is_an_error_at_once_not_a_lock_to_wait_for(tmp_path: 
         fh.seek(12)
         fh.write((65).to_bytes(8, "little"))  # the header no longer matches its checksum
     start = time.monotonic()
-    with pytest.raises(duckdb.IOException, match="checksum"):
+    with pytest.raises(CatalogDamagedError, match="checksum.*restore it from a backup"):
         LineageStore(store.path, RetryPolicy(timeout_s=5)).experiments()
     assert time.monotonic() - start < 2
