@@ -96,6 +96,7 @@ def cmd_run(args) -> int:
     from creditline.store.rounds import round_commits
     from pipelines.instance import get_instance
     from pipelines.rubric_partitions import sync_rubric_partitions
+    from resources.tracker import check_writable
 
     config = load_config(args.config, name=args.experiment)
     rounds = config.rounds if args.rounds is None else args.rounds
@@ -110,10 +111,11 @@ def cmd_run(args) -> int:
             print(
                 f"took over experiment {config.name!r} from a `creditline run` that died ({lease.replaced})"
             )
-        reclaim_dead(instance, args.data_root)
+        reclaim_dead(instance, args.data_root, store)
         refuse_if_in_flight(instance, config.name)
         store.register_experiment(config.name, registration(config, store.experiment_config(config.name)))
         sync_rubric_partitions(instance, store)
+        check_writable(deployed_resources(args.data_root)["tracker"])  # before any round writes anything
         print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}", flush=True)
         committed = round_commits(store, config.name)  # a commit is never taken back
         for round_ in range(1, rounds + 1):
@@ -162,7 +164,9 @@ def _round_failed(args, experiment: str, round_: int, result) -> int:
     try:
         close_round_tracking(args.data_root, experiment, round_, "FAILED")
     except Exception as exc:  # e.g. a tracking store that cannot be written, which the step's line names
-        lines.append(f"its MLflow runs were not closed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
+        lines.append(
+            f"its MLflow runs were not closed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+        )
     run = f"dagster run {result.run_id[:8]}"
     if stopped_by_checks(result):
         raise RoundStopped("\n".join([f"round {round_} stopped before training ({run}):", *lines]))
@@ -181,10 +185,12 @@ def cmd_register(args) -> int:
 
     config = load_config(args.config, name=args.experiment)
     store = _store(args.data_root)
+    instance = get_instance(args.data_root)
+    reclaim_dead(instance, args.data_root, store)
     digest = store.register_experiment(
         config.name, registration(config, store.experiment_config(config.name))
     )
-    sync_rubric_partitions(get_instance(args.data_root), store)
+    sync_rubric_partitions(instance, store)
     print(
         f"registered {config.name} (config {digest}, {config.rounds} rounds); turn on round_sensor to run it"
     )
@@ -250,6 +256,7 @@ def cmd_rescore(args) -> int:
         args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")})
     )
     instance = get_instance(args.data_root)
+    reclaim_dead(instance, args.data_root, store)  # a killed rescore's run, say: this re-run completes it
     sync_rubric_partitions(instance, store)
     keys = [dg.MultiPartitionKey({"round": round_key(args.experiment, r), "rubric": version}) for r in rounds]
     url = dagster_client.dagster_url(args.dagster_url)
@@ -348,6 +355,27 @@ def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> 
     return problems
 
 
+def _leftover_problems(data_root: str, store: LineageStore) -> list:
+    """What dead processes left on the data root (runs in flight, pool slots, leases): it blocks every
+    experiment there, so it is reported whichever experiment is verified."""
+    from creditline.store import Problem
+    from creditline.store.leases import dead_leases
+
+    cleans = "; `creditline run`, `rescore` or `register` cleans it up"
+    problems = [Problem("stale_lease", "", "", None, f"experiment {experiment!r}: lease held by a `creditline run` "
+                        f"that is gone ({holder}){cleans}") for experiment, holder in dead_leases(store)]  # fmt: skip
+    if (Path(data_root) / "dagster_home").is_dir():
+        from pipelines.instance import get_instance
+        from pipelines.reaper import leftover_problems
+
+        instance = get_instance(data_root)
+        problems += [
+            Problem(kind, "", "", None, detail + cleans) for kind, detail in leftover_problems(instance)
+        ]
+        instance.dispose()
+    return problems
+
+
 def cmd_verify(args) -> int:
     from creditline.store import orphan_problems
     from creditline.store.rounds import round_problems
@@ -357,6 +385,7 @@ def cmd_verify(args) -> int:
     problems = store.verify(args.experiment) + orphan_problems(args.data_root)
     problems += round_problems(store, args.experiment)
     problems += _tracking_problems(args.data_root, store, args.experiment)
+    problems += _leftover_problems(args.data_root, store)
     if args.json:
         print(json.dumps([vars(p) for p in problems], indent=2))
     for p in problems if not args.json else []:
@@ -509,7 +538,7 @@ def cmd_import(args) -> int:
     instance = get_instance(args.data_root)
     lineage = deployed_resources(args.data_root)["lineage"]
     with hold_lease(store, config.name):
-        reclaim_dead(instance, args.data_root)
+        reclaim_dead(instance, args.data_root, store)
         refuse_if_in_flight(instance, config.name)
         store.register_experiment(config.name, registration(config, store.experiment_config(config.name)))
         sync_rubric_partitions(instance, store)

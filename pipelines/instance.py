@@ -86,7 +86,9 @@ def _head_revision() -> str:
     from dagster._core.storage.runs.sqlite import sqlite_run_storage
     from dagster._core.storage.sql import get_alembic_config
 
-    return ScriptDirectory.from_config(get_alembic_config(sqlite_run_storage.__file__)).as_revision_number("head")
+    return ScriptDirectory.from_config(get_alembic_config(sqlite_run_storage.__file__)).as_revision_number(
+        "head"
+    )
 
 
 def repair_schema_stamps(home: Path) -> list[str]:

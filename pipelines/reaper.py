@@ -88,10 +88,26 @@ def free_stale_slots(instance: dg.DagsterInstance) -> list[str]:
     return lines
 
 
+def leftover_problems(instance: dg.DagsterInstance) -> list[tuple[str, str]]:
+    """(kind, detail) of what dead processes left in the instance: in-flight runs whose process is gone
+    ("dead_run") and pool slots claimed by a run that is dead or no longer in flight ("held_slot")."""
+    found = []
+    for run in instance.get_runs(dg.RunsFilter(statuses=LIVE)):
+        if run_is_dead(run):
+            found.append(("dead_run", f"{describe_run(run)} is {run.status.value} but its process is gone"))
+    for pool, run_id, run in _slot_holders(instance):
+        if run is None or run.status not in IN_FLIGHT or run_is_dead(run):
+            holder = describe_run(run) if run else f"run {run_id[:8]} (no such run)"
+            found.append(("held_slot", f"pool {pool!r} slot held by {holder}, which is dead or over"))
+    return found
+
+
 def waits_for_slot(instance: dg.DagsterInstance, process: str) -> bool:
     """True when an in-flight run executed by `process` (its `creditline/process` tag) has a step waiting
     for a slot of one of our pools."""
-    runs = {run.run_id for run in instance.get_runs(dg.RunsFilter(tags={PROCESS_TAG: process}, statuses=LIVE))}
+    runs = {
+        run.run_id for run in instance.get_runs(dg.RunsFilter(tags={PROCESS_TAG: process}, statuses=LIVE))
+    }
     return any(runs & instance.event_log_storage.get_concurrency_info(pool).pending_run_ids for pool in POOLS)
 
 

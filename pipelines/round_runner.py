@@ -157,7 +157,9 @@ def _watching_pools(data_root: str, interrupts: Interrupts) -> Iterator[None]:
         signal.signal(signal.SIGUSR1, previous)
 
 
-def _watch_slot_waits(data_root: str, interrupts: Interrupts, stop: threading.Event, main_thread: int) -> None:
+def _watch_slot_waits(
+    data_root: str, interrupts: Interrupts, stop: threading.Event, main_thread: int
+) -> None:
     """Every SLOT_POLL_S while this process's run waits for a pool slot: reclaim the runs of dead processes
     (their slots go to the waiting steps), say once per change who holds the slots, and wake the main
     thread to stop if Ctrl-C or SIGTERM came. A failed poll (a locked sqlite file) is tried again."""
@@ -190,12 +192,14 @@ def _announce_holders(held: list[str], announced: list[str]) -> list[str]:
     return held
 
 
-def reclaim_dead(instance, data_root: str) -> None:
-    """Reclaim what dead processes left (runs, pool slots, MLflow runs, temp files) and say so."""
+def reclaim_dead(instance, data_root: str, store) -> None:
+    """Reclaim what dead processes left (runs, pool slots, MLflow runs, experiment leases, temp files) and
+    say so: `creditline run`, `rescore` and `register` call it before they start anything."""
+    from creditline.store.leases import release_dead_leases
     from creditline.store.orphans import remove_orphans
     from pipelines.reaper import reap_dead_runs
 
-    for line in reap_dead_runs(instance, data_root):
+    for line in reap_dead_runs(instance, data_root) + release_dead_leases(store):
         print(line, flush=True)
     for orphan in remove_orphans(data_root):
         print(f"removed {orphan.path}: left by a writer that died", flush=True)

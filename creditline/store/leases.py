@@ -113,6 +113,28 @@ def lease_holder(store: LineageStore, experiment: str, ttl_s: float = LEASE_TTL_
     return description if alive else None
 
 
+def dead_leases(store: LineageStore, ttl_s: float = LEASE_TTL_S) -> list[tuple[str, str]]:
+    """(experiment, holder description) of every lease whose holder is gone."""
+    rows = store.fetchall("SELECT experiment, holder, heartbeat_at FROM leases ORDER BY experiment")
+    return [(experiment, description) for experiment, holder, beat in rows
+            for alive, description in [_holder_state(holder, beat, ttl_s)] if not alive]  # fmt: skip
+
+
+def release_dead_leases(store: LineageStore, ttl_s: float = LEASE_TTL_S) -> list[str]:
+    """Delete the leases of holders that are gone (each only if still held by that holder); say which."""
+    lines = []
+    for experiment, description in dead_leases(store, ttl_s):
+        holder = store.fetchone("SELECT holder FROM leases WHERE experiment = ?", [experiment])
+        if holder is None or _holder_state(holder[0], _now(), ttl_s)[0]:
+            continue  # released or taken over meanwhile (a live taker's heartbeat is now)
+        store.transaction(lambda con, e=experiment, h=holder[0]: con.execute(
+            "DELETE FROM leases WHERE experiment = ? AND holder = ?", [e, h]))  # fmt: skip
+        lines.append(
+            f"released experiment {experiment!r}'s lease, held by a `creditline run` that died ({description})"
+        )
+    return lines
+
+
 @contextlib.contextmanager
 def hold_lease(store: LineageStore, experiment: str, heartbeat_s: float = HEARTBEAT_S) -> Iterator[Lease]:
     """Hold the lease for the `with` block, renewing it every `heartbeat_s` in a daemon thread."""

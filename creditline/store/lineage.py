@@ -255,7 +255,9 @@ class LineageStore:
         """
         edges = _checked_parents(artifact.content_hash, artifact.parents if parents is None else parents)
         if artifact.meta.get(FINGERPRINT) is not None and FINGERPRINT_OF not in artifact.meta:
-            artifact = dataclasses.replace(artifact, meta={**artifact.meta, FINGERPRINT_OF: artifact.content_hash})
+            artifact = dataclasses.replace(
+                artifact, meta={**artifact.meta, FINGERPRINT_OF: artifact.content_hash}
+            )
         if self.objects is not None and "object" not in artifact.meta:  # the bytes first, then the record
             published = self.objects.publish(artifact.path, artifact.content_hash)
             artifact = dataclasses.replace(artifact, meta={**artifact.meta, "object": published})
@@ -598,7 +600,9 @@ def hashed_folder(folder: str | Path) -> tuple[str, dict]:
     before = stat_fingerprint(folder)
     manifest = directory_manifest(folder)
     content_hash = manifest_hash(manifest)
-    trusted = {FINGERPRINT: before, FINGERPRINT_OF: content_hash} if stat_fingerprint(folder) == before else {}
+    trusted = (
+        {FINGERPRINT: before, FINGERPRINT_OF: content_hash} if stat_fingerprint(folder) == before else {}
+    )
     return content_hash, {MANIFEST: manifest, **trusted}
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 ProblemKind = Literal[
     "missing", "changed", "dangling", "edge_missing", "edge_extra", "orphan_edge", "orphan",
     "incomplete", "uncommitted", "tracking", "object_missing", "object_changed", "consumed",
+    "dead_run", "held_slot", "stale_lease",
 ]  # fmt: skip
 """What ``LineageStore.verify`` found (see ``Problem.kind``)."""
 
@@ -124,7 +125,10 @@ class Problem:
     deleted or its hash edited); "orphan": a temp file or folder left by a writer that died;
     "object_missing" / "object_changed": the artifact's published object (`meta["object"]`) is gone, or its
     bytes hash differently than recorded; "consumed": the artifact declares as its parent an artifact that is
-    missing or changed (``expected_hash``: that parent's recorded hash)."""
+    missing or changed (``expected_hash``: that parent's recorded hash); "dead_run": a Dagster run still in
+    flight whose process is gone; "held_slot": a pool slot claimed by a run that is dead or over;
+    "stale_lease": an experiment's lease whose holder is gone (the last three: what the next `creditline run`,
+    `rescore` or `register` cleans up, `pipelines.reaper`)."""
     path: str
     """The artifact's path; for the edge kinds the child's path ("orphan_edge": the parent's, or "" if
     unknown); for "orphan", the temp file or folder."""

@@ -12,6 +12,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,13 @@ TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
 STARTS = 4
 OPEN_TRACKER = "from resources.tracker import TrackerResource; import sys; " \
                "TrackerResource(data_root=sys.argv[1]).client().search_experiments(max_results=1)"  # fmt: skip
+AT_ONCE = (
+    "import sys, time; from {module} import {name}; time.sleep(max(0, float(sys.argv[2]) - time.time())); "
+)
+"""Imported first, then started at one wall-clock moment (argv[2]): the race, not the imports, decides."""
+OPEN_INSTANCE = AT_ONCE.format(module="pipelines.instance", name="get_instance") + "get_instance(sys.argv[1])"
+OPEN_TRACKER_AT_ONCE = AT_ONCE.format(module="resources.tracker", name="TrackerResource") + \
+    "TrackerResource(data_root=sys.argv[1]).client().search_experiments(max_results=1)"  # fmt: skip
 
 
 def _together(*commands: list[str], env: dict[str, str]) -> list[subprocess.CompletedProcess]:
@@ -44,18 +52,41 @@ def _tables(db: Path, like: str) -> list[str]:
 
 def test_simultaneous_first_registers_leave_one_schema_stamp(tmp_path):
     env = {**os.environ, "CREDITLINE_DATA_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    register = [sys.executable, "-m", "pipelines.cli", "register", "--experiment", "e{}", "--config", str(TINY)]
+    register = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "register",
+        "--experiment",
+        "e{}",
+        "--config",
+        str(TINY),
+    ]
     results = _together(*([a.format(i) for a in register] for i in range(STARTS)), env=env)
     assert [r.returncode for r in results] == [0] * STARTS, [r.stderr[-400:] for r in results]
     databases = sorted((tmp_path / "dagster_home").rglob("*.db"))
-    assert databases and all(len(_stamps(db)) == 1 for db in databases), {str(d): _stamps(d) for d in databases}
+    assert databases and all(len(_stamps(db)) == 1 for db in databases), {
+        str(d): _stamps(d) for d in databases
+    }
     again = creditline(tmp_path, "register", "--experiment", "e0", "--config", str(TINY))
     assert again.returncode == 0, again.stderr
 
 
-def test_simultaneous_first_tracker_opens_all_succeed(tmp_path):
-    results = _together(*([sys.executable, "-c", OPEN_TRACKER, str(tmp_path)] for _ in range(STARTS)),
+def test_instances_opened_at_one_moment_on_an_empty_root_leave_one_schema_stamp(tmp_path):
+    moment = str(time.time() + 12)  # after every interpreter has imported Dagster, on a loaded machine too
+    results = _together(*([sys.executable, "-c", OPEN_INSTANCE, str(tmp_path), moment] for _ in range(STARTS)),
                         env=dict(os.environ))  # fmt: skip
+    assert [r.returncode for r in results] == [0] * STARTS, [r.stderr[-400:] for r in results]
+    databases = sorted((tmp_path / "dagster_home").rglob("*.db"))
+    assert databases and all(len(_stamps(db)) == 1 for db in databases), {
+        str(d): _stamps(d) for d in databases
+    }
+
+
+def test_simultaneous_first_tracker_opens_all_succeed(tmp_path):
+    moment = str(time.time() + 12)
+    results = _together(*([sys.executable, "-c", OPEN_TRACKER_AT_ONCE, str(tmp_path), moment]
+                          for _ in range(STARTS)), env=dict(os.environ))  # fmt: skip
     assert [r.returncode for r in results] == [0] * STARTS, [r.stderr[-400:] for r in results]
     assert len(_stamps(tmp_path / "mlflow.db")) == 1
     assert _tables(tmp_path / "mlflow.db", "\\_alembic\\_tmp%") == []
@@ -67,7 +98,9 @@ def test_a_root_wedged_by_an_old_race_is_repaired_with_one_line(tmp_path):
     runs_db = tmp_path / "dagster_home" / "history" / "runs.db"
     (head,) = _stamps(runs_db)
     subprocess.run([sys.executable, "-c", OPEN_TRACKER, str(tmp_path)], check=True)
-    with sqlite3.connect(runs_db) as con:  # what the losing first start stamped: Dagster's last known revision
+    with sqlite3.connect(
+        runs_db
+    ) as con:  # what the losing first start stamped: Dagster's last known revision
         con.execute("INSERT INTO alembic_version VALUES ('5771160a95ad')")
     with sqlite3.connect(tmp_path / "mlflow.db") as con:  # and a migration that lost its race left its copy
         con.execute("CREATE TABLE _alembic_tmp_runs (run_uuid VARCHAR(32))")
