@@ -53,7 +53,9 @@ def rollouts(
 ):
     """Play the round's training tasks with the parent checkpoint (round N−1's, or the initial policy)."""
     experiment, round_ = parse_round_key(context.partition_key)
-    check_writable(tracker)  # a tracking store that cannot be written stops the round before its first artifact
+    check_writable(
+        tracker
+    )  # a tracking store that cannot be written stops the round before its first artifact
     config = lineage.experiment(experiment)
     store = lineage.store()
     if round_ == 1:  # built (or registered) on first use, outside any lineage session

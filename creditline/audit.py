@@ -181,7 +181,9 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
                 entries.append(entry(a, NOT_IN_CHAIN))
     rank = {k: i for i, k in enumerate(KIND_ORDER)}
     entries.sort(key=lambda e: (-e.round, rank.get(e.kind, len(rank)), e.variant))
-    return LineageReport(experiment, round_, record.content_hash, entries, _catalog_problems(store, experiment, entries))
+    return LineageReport(
+        experiment, round_, record.content_hash, entries, _catalog_problems(store, experiment, entries)
+    )
 
 
 def _catalog_problems(store: LineageStore, experiment: str, entries: list[AuditEntry]) -> tuple[str, ...]:
@@ -189,7 +191,9 @@ def _catalog_problems(store: LineageStore, experiment: str, entries: list[AuditE
     child's path, or the parent's hash) and consumers of a missing or changed artifact (files are not re-read)."""
     paths = {e.path for e in entries if e.path}
     hashes = {e.content_hash for e in entries}
-    unverifiable = [Problem(e.on_disk, e.path, e.content_hash, None, "") for e in entries if e.on_disk in UNVERIFIABLE]
+    unverifiable = [
+        Problem(e.on_disk, e.path, e.content_hash, None, "") for e in entries if e.on_disk in UNVERIFIABLE
+    ]
     found = consumer_problems(store.artifacts(experiment), unverifiable) + store.edge_problems(experiment)
     return tuple(f"{p.kind}: {p.detail}" for p in found if p.path in paths or p.expected_hash in hashes)
 

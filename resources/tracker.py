@@ -217,4 +217,6 @@ def check_writable(tracker: TrackerResource) -> None:
         finally:
             con.close()
     except sqlite3.Error as exc:
-        raise TrackingStoreError(str(path), str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        raise TrackingStoreError(
+            str(path), str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        ) from None

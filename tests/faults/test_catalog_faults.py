@@ -64,7 +64,9 @@ PREPARE = {"edited": _one_round, "tracking": _one_round, "parent": _one_round, "
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory) -> dict[str, Path]:
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(prepare, tmp_path_factory.mktemp(name)) for name, prepare in PREPARE.items()}
+        futures = {
+            name: pool.submit(prepare, tmp_path_factory.mktemp(name)) for name, prepare in PREPARE.items()
+        }
         return {name: future.result() for name, future in futures.items()}
 
 
@@ -123,8 +125,12 @@ def test_verify_names_the_rounds_that_consumed_a_changed_input_and_lineage_marks
     _flip_last_byte(root / EXPERIMENT / "r001" / "policy" / "model.safetensors")
     verify = _creditline(root, "verify", "--experiment", EXPERIMENT)
     consumed = [line for line in verify.stdout.splitlines() if line.strip().startswith("consumed")]
-    assert any(f"{EXPERIMENT}/2/steps" in line for line in consumed), verify.stdout  # round 2 rolled out with it
-    assert any(f"{EXPERIMENT}/2/checkpoint" in line for line in consumed), verify.stdout  # and was trained from it
+    assert any(f"{EXPERIMENT}/2/steps" in line for line in consumed), (
+        verify.stdout
+    )  # round 2 rolled out with it
+    assert any(f"{EXPERIMENT}/2/checkpoint" in line for line in consumed), (
+        verify.stdout
+    )  # and was trained from it
     assert any(f"{EXPERIMENT}/1/evaluation" in line for line in consumed), verify.stdout
     lineage = _creditline(root, "lineage", "--experiment", EXPERIMENT)
     assert lineage.returncode == 1 and f"consumed: {EXPERIMENT}/2/steps" in lineage.stdout, lineage.stdout
@@ -179,5 +185,9 @@ def test_a_changed_parent_checkpoint_is_an_expected_error(roots):
     root = roots["parent"]
     _flip_last_byte(root / EXPERIMENT / "r001" / "policy" / "model.safetensors")
     lines = _expected_error(_creditline(root, *RUN))
-    assert any(f"{EXPERIMENT}/1/checkpoint" in line and "changed (model.safetensors)" in line for line in lines)
-    assert "ParentCheckpointError" not in "\n".join(lines), lines  # the message alone, as the other error lines
+    assert any(
+        f"{EXPERIMENT}/1/checkpoint" in line and "changed (model.safetensors)" in line for line in lines
+    )
+    assert "ParentCheckpointError" not in "\n".join(lines), (
+        lines
+    )  # the message alone, as the other error lines
