@@ -153,7 +153,9 @@ def test_an_older_catalog_gets_declared_parents_from_its_edges_once(sql: Sql, tm
     assert episodes is not None and episodes.parents == (("p0", "generated_from"),)
     assert (episodes.rows, episodes.dagster_run_id) == (3, "run")
     assert store.initial_policy("exp").parents == ()  # type: ignore[union-attr]
-    assert [k for k in _kinds(store.verify("exp")) if k != "consumed"] == ["missing"] * 3  # made-up paths; edges agree
+    assert [k for k in _kinds(store.verify("exp")) if k != "consumed"] == [
+        "missing"
+    ] * 3  # made-up paths; edges agree
     sql(store, "DELETE FROM lineage WHERE child_hash = 'st'")
     again = LineageStore(path)  # a new process: the migration must not re-derive parents from the edges
     assert [k for k in _kinds(again.verify("exp")) if k != "consumed"] == ["edge_missing"] + ["missing"] * 3
