@@ -39,10 +39,15 @@ def _failed_checks(result) -> dict[str, str]:
 
 
 def test_a_corrupted_stored_table_fails_its_check_and_stops_the_round(tmp_path):
+    """A committed round's table is never regenerated: re-running its partition reuses the record, whose
+    blocking check fails and stops everything downstream."""
     store = LineageStore(tmp_path / "lineage.duckdb")
     store.register_experiment("blocked", from_dict({**TINY, "name": "blocked"}).to_dict())
     with dg.instance_for_test() as instance:
-        assert _round(tmp_path, instance, "blocked", 1, BEFORE_TRAINING).success
+        assert _round(tmp_path, instance, "blocked", 1).success and sorted(
+            round_commits(store, "blocked")
+        ) == [1]
+        checkpoint = store.artifact("blocked", 1, "checkpoint")
         steps = store.artifact("blocked", 1, "steps")
         table = read_parquet(steps.path)
         write_parquet_atomic(table.iloc[1:], steps.path)  # a valid Parquet file, one row short
@@ -50,10 +55,25 @@ def test_a_corrupted_stored_table_fails_its_check_and_stops_the_round(tmp_path):
         assert not result.success
         failed = _failed_checks(result)
         assert list(failed) == ["steps_stored_and_valid"] and "changed" in failed["steps_stored_and_valid"]
-        assert store.artifact("blocked", 1, "checkpoint") is None and round_commits(store, "blocked") == {}
-        assert not instance.get_latest_materialization_event(dg.AssetKey("checkpoint"))
+        assert store.artifact("blocked", 1, "checkpoint") == checkpoint  # nothing trained again
+        materialized = result.get_asset_materialization_events()
+        assert dg.AssetKey("checkpoint") not in {e.asset_key for e in materialized}
         lines = failure_lines(result, debug=False)
         assert lines == [f"check steps_stored_and_valid on steps failed: {failed['steps_stored_and_valid']}"]
+
+
+def test_a_corrupted_table_of_an_unfinished_round_is_set_aside_and_regenerated(tmp_path):
+    store = LineageStore(tmp_path / "lineage.duckdb")
+    store.register_experiment("aside", from_dict({**TINY, "name": "aside"}).to_dict())
+    with dg.instance_for_test() as instance:
+        assert _round(tmp_path, instance, "aside", 1, BEFORE_TRAINING).success
+        steps = store.artifact("aside", 1, "steps")
+        write_parquet_atomic(read_parquet(steps.path).iloc[1:], steps.path)
+        assert _round(tmp_path, instance, "aside", 1).success
+        assert store.artifact("aside", 1, "steps").content_hash == steps.content_hash  # the same bytes again
+        (aside,) = Path(steps.path).parent.glob("steps.parquet.set-aside-*")  # the damaged file, kept
+        assert len(read_parquet(aside)) == len(read_parquet(steps.path)) - 1
+        assert sorted(round_commits(store, "aside")) == [1]
 
 
 def test_a_changed_parent_checkpoint_stops_the_next_round_before_training(tmp_path):
