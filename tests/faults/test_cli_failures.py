@@ -1,7 +1,8 @@
 """How `creditline run` ends when a round does not finish: interrupted, or stopped by a blocking check.
 
 SIGTERM (or Ctrl-C) mid-round: one line, exit 130, the round left for a plain re-run to complete.
-A stored table corrupted behind the store's back: the blocking check stops the round before training,
+A stored table corrupted behind the store's back between its write and its check: the blocking check stops
+the round before training,
 reported as `error:` lines (exit 2), with no Dagster log or traceback.
 """
 
@@ -9,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,18 +81,31 @@ def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_complet
 
 
 def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path):
+    """The steps table is corrupted after it was written and before its check ran (the run stopped in between):
+    a re-run would regenerate it (the round is not committed), so the check is what must catch it here."""
     run = _command("run", "--experiment", "checked", "--config", str(TINY))
-    killed = subprocess.run(run, env=_env(tmp_path, "after:advantages:1"), capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
-    assert killed.returncode == -signal.SIGKILL
-    steps = LineageStore(tmp_path / "lineage.duckdb").artifact("checked", 1, "steps")
-    write_parquet_atomic(read_parquet(steps.path).iloc[1:], steps.path)  # valid Parquet, one row short
-    stopped = subprocess.run(run, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
-    assert stopped.returncode == 2
-    lines = stopped.stderr.splitlines()
+    paused = subprocess.Popen(run, env=_env(tmp_path, "after:steps:1", "STOP"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        while _state(paused.pid) != "T":
+            assert paused.poll() is None, paused.communicate()
+            time.sleep(0.3)
+        steps = tmp_path / "checked" / "r001" / "steps.parquet"
+        write_parquet_atomic(read_parquet(steps).iloc[1:], steps)  # valid Parquet, one row short
+        paused.send_signal(signal.SIGCONT)
+        out, err = paused.communicate(timeout=600)
+    finally:
+        paused.kill()
+    assert paused.returncode == 2, err
+    lines = err.splitlines()
     assert lines[0].startswith("error: round 1 stopped before training (dagster run ")
     assert (
         lines[1].startswith("error: check steps_stored_and_valid on steps failed: ") and "changed" in lines[1]
     )
-    assert len(lines) == 2 and "Traceback" not in stopped.stderr
+    assert len(lines) == 2 and "Traceback" not in err
     assert LineageStore(tmp_path / "lineage.duckdb").artifact("checked", 1, "checkpoint") is None
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
