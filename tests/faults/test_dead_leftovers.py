@@ -73,12 +73,6 @@ def test_leftovers_of_killed_runs_are_reported_then_cleaned(tmp_path):
     # the killed round, the killed rescore, the re-run
     assert _statuses(tmp_path) == [("rescore", "FAILURE"), ("rescore", "SUCCESS"), ("round", "FAILURE")]
 
-    registered = creditline(tmp_path, "register", "--experiment", "left", "--config", str(TINY))
-    assert registered.returncode == 0, registered.stderr
-    finished = creditline(tmp_path, *run)  # the round left incomplete is completed
-    assert finished.returncode == 0, finished.stderr
-    assert _leftovers(tmp_path) == {}
-
 
 def test_register_cleans_what_a_killed_run_left(tmp_path):
     killed = _killed_at(

@@ -50,28 +50,6 @@ def _tables(db: Path, like: str) -> list[str]:
         return [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE name LIKE ?", [like])]
 
 
-def test_simultaneous_first_registers_leave_one_schema_stamp(tmp_path):
-    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    register = [
-        sys.executable,
-        "-m",
-        "pipelines.cli",
-        "register",
-        "--experiment",
-        "e{}",
-        "--config",
-        str(TINY),
-    ]
-    results = _together(*([a.format(i) for a in register] for i in range(STARTS)), env=env)
-    assert [r.returncode for r in results] == [0] * STARTS, [r.stderr[-400:] for r in results]
-    databases = sorted((tmp_path / "dagster_home").rglob("*.db"))
-    assert databases and all(len(_stamps(db)) == 1 for db in databases), {
-        str(d): _stamps(d) for d in databases
-    }
-    again = creditline(tmp_path, "register", "--experiment", "e0", "--config", str(TINY))
-    assert again.returncode == 0, again.stderr
-
-
 def test_instances_opened_at_one_moment_on_an_empty_root_leave_one_schema_stamp(tmp_path):
     moment = str(time.time() + 12)  # after every interpreter has imported Dagster, on a loaded machine too
     results = _together(*([sys.executable, "-c", OPEN_INSTANCE, str(tmp_path), moment] for _ in range(STARTS)),
