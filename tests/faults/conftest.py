@@ -12,10 +12,31 @@ def kill_matrix_rows() -> list[tuple[str, str, int, int, str]]:
     return _KILL_ROWS
 
 
+ROOT_FAULT_FILES = ("test_two_experiments.py", "test_first_start.py", "test_dead_leftovers.py",
+                    "test_catalog_faults.py")  # fmt: skip
+"""The faults of a shared data root beyond a single kill (issue 24), printed as one matrix."""
+
+
+def _root_fault_rows(terminalreporter) -> list[tuple[str, str]]:
+    rows = []
+    for outcome in ("passed", "failed", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            if report.when == "call" or outcome == "error":
+                if any(f"faults/{name}::" in nodeid for name in ROOT_FAULT_FILES):
+                    rows.append((nodeid.split("faults/", 1)[1], outcome))
+    return sorted(rows)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
+    write = terminalreporter.write_line
+    if rows := _root_fault_rows(terminalreporter):
+        write("")
+        write("shared-root faults: two experiments, first starts, leftovers of dead processes, the catalog")
+        for nodeid, outcome in rows:
+            write(f"  {nodeid:<110} {outcome}")
     if not _KILL_ROWS:
         return
-    write = terminalreporter.write_line
     write("")
     write("kill matrix: SIGKILL at a failpoint, then a plain `creditline run`")
     write(f"  {'case':<58} {'failpoint':<30} {'exit':>5} {'temp':>5}  after re-run")
