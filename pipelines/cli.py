@@ -7,7 +7,8 @@
     creditline register [--experiment NAME] [--config FILE]
     creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
     creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out OUT.parquet
-    creditline export [--experiment NAME] [--round R] --format pr941|prime-rl [--rubric VERSION] --out FILE.jsonl
+    creditline export [--experiment NAME] [--round R] --format pr941|prime-rl|verifiers-v1|prime-rl-rollouts
+                      [--rubric VERSION] --out FILE.jsonl|DIR
     creditline serve --policy FOLDER | --experiment NAME [--round N] [--engine torch|vllm] [--port P]
 
 Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`) and
@@ -460,12 +461,45 @@ def cmd_advantages(args) -> int:
     return 0
 
 
+def _out_dir(text: str) -> Path:
+    """`--out DIR` for a format written as a folder of files: a folder that exists, or one whose parent
+    exists (it is then created; a missing parent is refused, as for `--out FILE`). Files already in it
+    that the export writes are replaced; others are left alone."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {text}: is a file; this format writes a folder (give a folder's path)")
+    folder = path if path.is_dir() else path.absolute().parent
+    if not folder.is_dir():
+        raise UsageError(f"--out {text}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {text}: folder {folder} is not writable")
+    return path
+
+
+def _chat_system(store: LineageStore, config, round_: int) -> str | None:
+    """The system message of a round played here: the environment's `instructions` when its prompts were
+    chat conversations (`prompt_format` chat/chat-last, or "auto" with a tokenizer that has a template)."""
+    from creditline.lineage_chain import parent_record
+    from creditline.rollout import CHAT_FORMATS
+
+    prompt_format = config.rollouts.prompt_format
+    if prompt_format == "auto":
+        from creditline.conversation import has_chat_template
+        from creditline.policy import load_tokenizer
+
+        record = parent_record(store, config.name, round_)
+        prompt_format = "chat" if has_chat_template(load_tokenizer(record.path)) else "plain"
+    if prompt_format not in CHAT_FORMATS:
+        return None
+    return getattr(config.env.build(), "instructions", None)
+
+
 def cmd_export(args) -> int:
     from creditline.config import read_registered
-    from creditline.export import export_lines
+    from creditline.export import FOLDER_FORMATS, export_lines, export_rollout_files
     from creditline.store import read_parquet, write_bytes_atomic
 
-    out = _out_path(args.out)
+    out = _out_dir(args.out) if args.format in FOLDER_FORMATS else _out_path(args.out)
     store = _store(args.data_root)
     _known_experiment(store, args.experiment)
     rounds = sorted({a.round for a in store.artifacts(args.experiment, kind="advantages")})
@@ -497,16 +531,27 @@ def cmd_export(args) -> int:
         tables[kind] = read_parquet(record.path)
     config = read_registered(store.experiment_config(args.experiment))
     staged = store.artifact(args.experiment, round_, "source")
-    traces = (
-        Path(staged.path) / "traces.jsonl"
-        if staged is not None and staged.meta.get("format") == "v1"
+    source_format = staged.meta.get("format") if staged is not None else None
+    source = (
+        Path(staged.path) / ("traces.jsonl" if source_format == "v1" else "results.jsonl")
+        if staged is not None
         else None
     )
-    if args.format == "verifiers-v1" and traces is None:
-        raise UsageError(f"--format verifiers-v1: round {round_} was not imported from verifiers v1 traces "
+    if args.format in ("verifiers-v1", *FOLDER_FORMATS) and source_format != "v1":
+        raise UsageError(f"--format {args.format}: round {round_} was not imported from verifiers v1 traces "
                          "(`creditline import verifiers .../traces.jsonl`); use pr941 or prime-rl")  # fmt: skip
-    lines = export_lines(args.format, args.experiment, round_, tables["steps"], tables[scores_kind],
-                         tables[advantages_kind], config.rollouts.temperature, traces)  # fmt: skip
+    steps, scores, advantages = tables["steps"], tables[scores_kind], tables[advantages_kind]
+    if args.format in FOLDER_FORMATS:
+        files = export_rollout_files(round_, steps, scores, advantages, source)
+        for relative, lines in files.items():
+            text = "".join(line + "\n" for line in lines)
+            _write_out(lambda: write_bytes_atomic(text.encode("utf-8"), out / relative), args.out)  # noqa: B023
+            print(f"wrote {len(lines)} episodes of {args.experiment} round {round_} to {out / relative}")
+        return 0
+    system = _chat_system(store, config, round_) if args.format == "pr941" and source is None else None
+    lines = export_lines(args.format, args.experiment, round_, steps, scores, advantages,
+                         config.rollouts.temperature, source, source_format=source_format or "v1",
+                         env_name=config.env.name, system=system)  # fmt: skip
     text = "".join(line + "\n" for line in lines)
     digest = _write_out(lambda: write_bytes_atomic(text.encode("utf-8"), out), args.out)
     print(f"wrote {text.count(chr(10))} {args.format} lines of {args.experiment} round {round_} to {args.out} "
@@ -657,10 +702,13 @@ def build_parser() -> argparse.ArgumentParser:
     export = add("export", cmd_export, "a round's per-token advantages for verifiers (PR #941) or prime-rl")
     export.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     export.add_argument("--round", type=int, default=None, help="default: the newest round with advantages")
-    export.add_argument("--format", required=True, choices=["pr941", "prime-rl", "verifiers-v1"])
+    export.add_argument(
+        "--format", required=True, choices=["pr941", "prime-rl", "verifiers-v1", "prime-rl-rollouts"]
+    )
     export.add_argument("--rubric", default=None, help="a rubric name or version the round was re-scored with "
                         "(default: the round's own scores)")  # fmt: skip
-    export.add_argument("--out", required=True, help="JSON lines file (written atomically)")
+    export.add_argument("--out", required=True, help="JSON lines file (written atomically); prime-rl-rollouts: "
+                        "a folder (created if its parent exists)")  # fmt: skip
     serve_ = add("serve", cmd_serve, "serve a checkpoint to OpenAI/vLLM clients (verifiers) over HTTP")
     serve_.add_argument("--policy", default=None, help="a HF checkpoint folder")
     serve_.add_argument(

@@ -3,6 +3,7 @@ whose second prompt starts afresh (two prime-rl samples), and their scores and a
 
 import json
 
+import msgspec
 import pandas as pd
 import pytest
 
@@ -29,51 +30,131 @@ ADVANTAGES = pd.DataFrame(
 )  # fmt: skip
 
 
-def lines(format_: str) -> list[dict]:
-    return [json.loads(line) for line in export_lines(format_, "exp", 1, STEPS, SCORES, ADVANTAGES, 0.8)]
+def lines(format_: str, **kwargs) -> list:
+    kwargs.setdefault("env_name", "maze")
+    return [
+        json.loads(line) for line in export_lines(format_, "exp", 1, STEPS, SCORES, ADVANTAGES, 0.8, **kwargs)
+    ]
 
 
-def test_pr941_is_one_rollout_per_episode_with_completion_advantages_per_step():
-    a, b = lines("pr941")
+class TrainingSample(msgspec.Struct, array_like=True):
+    """prime-rl's transport struct (src/prime_rl/transports/rollouts/types.py), field for field."""
+
+    token_ids: list[int]
+    mask: list[bool]
+    logprobs: list[float]
+    temperatures: list[float]
+    env_name: str
+    ref_logprobs: list[float] | None = None
+    mm_kwargs: dict | None = None
+    routed_experts: list | None = None
+    mm_token_type_ids: list[int] | None = None
+    rl_weights: list[float] | None = None
+    ce_weights: list[float] | None = None
+    ref_kl_weights: list[float] | None = None
+    advantages: list[float] | None = None
+
+
+def samples() -> list[TrainingSample]:
+    return [msgspec.json.decode(line, type=TrainingSample, strict=True)
+            for line in export_lines("prime-rl", "exp", 1, STEPS, SCORES, ADVANTAGES, 0.8, env_name="maze")]  # fmt: skip
+
+
+def test_pr941_is_one_verifiers_rollout_output_per_episode_with_completion_advantages_per_step():
+    a, b = lines("pr941", system="be brief")
     assert (a["example_id"], a["task"], a["reward"], a["use_verifiers_advantages"]) == (3, "exp", 1.0, True)
-    assert a["is_completed"] is True and a["is_truncated"] is True  # its last step was truncated
+    assert a["error"] is None and a["timing"]["start_time"] == 0.0 and a["answer"] == ""
+    assert a["is_completed"] is True and a["is_truncated"] is True  # its last model call was cut (length)
+    assert b["is_truncated"] is False  # verifiers' meaning: no call cut; an env step limit is not truncation
     assert a["info"] == {"experiment": "exp", "round": 1, "episode_id": "a", "task_id": 3,
                          "rubric_version": "env@1", "estimator": "gigpo"}  # fmt: skip
     first, second = a["trajectory"]
     assert first["tokens"] == {"prompt_ids": [1, 2], "prompt_mask": [0, 0], "completion_ids": [5, 6],
                                "completion_mask": [1, 1], "completion_logprobs": [-0.1, -0.2],
-                               "overlong_prompt": False, "is_truncated": False}  # fmt: skip
-    assert (first["reward"], first["advantage"], first["completion_advantages"]) == (0.1, 0.5, [0.5, 0.5])
-    assert first["trajectory_id"] == "a" and first["extras"] == {"step_idx": 0, "valid_action": True}
-    assert first["prompt"] == [{"role": "user", "content": "go left"}]
-    assert first["completion"] == [{"role": "assistant", "content": "left"}]
-    assert second["tokens"]["is_truncated"] is True and second["completion_advantages"] == [0.7]
-    assert a["completion"] == [
-        {"role": "assistant", "content": "left"},
-        {"role": "assistant", "content": "up"},
+                               "overlong_prompt": False, "is_truncated": False, "routed_experts": None}  # fmt: skip
+    # verifiers fills every step's reward with the rollout's; ours stays in extras
+    assert (first["reward"], first["advantage"], first["completion_advantages"]) == (1.0, 0.5, [0.5, 0.5])
+    assert first["trajectory_id"] == "a"
+    assert first["extras"] == {
+        "step_idx": 0,
+        "step_reward": 0.1,
+        "valid_action": True,
+        "env_truncated": False,
+    }
+    system, user = {"role": "system", "content": "be brief"}, {"role": "user", "content": "go left"}
+    assert first["prompt"] == [system, user] and first["completion"] == [
+        {"role": "assistant", "content": "left"}
     ]
+    # turn 1's tokens extend turn 0's: the prompt is the whole conversation, as verifiers keeps it
+    assert second["prompt"] == [system, user, {"role": "assistant", "content": "left"},
+                                {"role": "user", "content": "go up"}]  # fmt: skip
+    assert second["is_truncated"] is True and second["response"]["message"]["finish_reason"] == "length"
+    assert a["prompt"] == [system, user]
+    assert a["completion"] == [{"role": "assistant", "content": "left"}, {"role": "user", "content": "go up"},
+                               {"role": "assistant", "content": "up"}]  # fmt: skip
+    # b's turn 1 starts afresh (its tokens do not extend turn 0's)
+    assert b["trajectory"][1]["prompt"] == [system, {"role": "user", "content": "go down"}]
     for step in a["trajectory"] + b["trajectory"]:
         assert len(step["completion_advantages"]) == len(step["tokens"]["completion_ids"])
-    assert b["reward"] == pytest.approx(-0.1) and b["is_truncated"] is False
+        assert step["response"]["message"]["tokens"]["completion_ids"] == step["tokens"]["completion_ids"]
+    assert b["reward"] == pytest.approx(-0.1)
 
 
-def test_prime_rl_merges_chained_turns_and_starts_a_new_sample_where_the_prefix_breaks():
-    a, b0, b1 = lines("prime-rl")
-    assert a["token_ids"] == [1, 2, 5, 6, 9, 9, 7]
-    assert a["mask"] == [0, 0, 1, 1, 0, 0, 1]
-    assert a["logprobs"] == [0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3]
-    assert a["advantages"] == [0.0, 0.0, 0.5, 0.5, 0.0, 0.0, 0.7]
-    assert (a["reward"], a["temperature"], a["steps"], a["info"]["episode_id"]) == (1.0, 0.8, [0, 1], "a")
-    assert b0["token_ids"] == [1, 2, 8] and b0["mask"] == [0, 0, 1] and b0["advantages"] == [0.0, 0.0, -0.5]
-    assert b1["token_ids"] == [4, 5, 5] and b1["mask"] == [0, 1, 1] and b1["advantages"] == [0.0, -0.7, -0.7]
-    assert b0["steps"] == [0] and b1["steps"] == [1] and b0["reward"] == b1["reward"] == pytest.approx(-0.1)
+def test_pr941_tool_calls_are_verifiers_tool_calls_not_text():
+    steps = STEPS.assign(action=STEPS["action"].where(STEPS.index != 0,
+                         'ok<tool_call>{"name": "move", "arguments": {"to": "left"}}</tool_call>'))  # fmt: skip
+    (a, _) = [json.loads(x) for x in export_lines("pr941", "exp", 1, steps, SCORES, ADVANTAGES)]
+    call = {"role": "assistant", "content": "ok",
+            "tool_calls": [{"id": "call_0", "name": "move", "arguments": '{"to": "left"}'}]}  # fmt: skip
+    assert a["trajectory"][0]["completion"] == [call] and a["trajectory"][1]["prompt"][1] == call
+    assert a["trajectory"][0]["response"]["message"]["finish_reason"] == "tool_calls"
+
+
+def test_prime_rl_lines_decode_strictly_as_prime_rl_training_samples():
+    a, b0, b1 = samples()
+    assert a.token_ids == [1, 2, 5, 6, 9, 9, 7]
+    assert a.mask == [False, False, True, True, False, False, True]
+    assert a.logprobs == [0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3]
+    assert a.advantages == [0.0, 0.0, 0.5, 0.5, 0.0, 0.0, 0.7]
+    assert a.temperatures == [0.8] * 7 and a.env_name == "maze"
+    assert (a.ref_logprobs, a.rl_weights, a.ce_weights, a.ref_kl_weights) == (None, None, None, None)
+    assert b0.token_ids == [1, 2, 8] and b0.mask == [False, False, True] and b0.advantages == [0.0, 0.0, -0.5]
+    assert b1.token_ids == [4, 5, 5] and b1.mask == [False, True, True] and b1.advantages == [0.0, -0.7, -0.7]
     for sample in (a, b0, b1):
-        assert (
-            len(sample["token_ids"])
-            == len(sample["mask"])
-            == len(sample["logprobs"])
-            == len(sample["advantages"])
-        )
+        assert len(sample.token_ids) == len(sample.mask) == len(sample.logprobs) == len(sample.advantages)
+
+
+def interleave_rollout(output: dict) -> list[dict]:
+    """prime-rl's classic `interleave_rollout` (orchestrator/trajectories.py, with PR #1838's step
+    advantages): a step whose prompt_ids extend an active sample's prompt + completion merges into it (new
+    prompt tokens mask False, logprob 0, advantage 0, then the completion); otherwise it starts a sample."""
+    samples = []  # (prefix, sample)
+    for step in output["trajectory"]:
+        tokens = step["tokens"]
+        prompt, completion = tokens["prompt_ids"], tokens["completion_ids"]
+        match = next((s for prefix, s in samples if prompt[: len(prefix)] == prefix), None)
+        if match is None:
+            match = {"prompt_ids": list(prompt), "completion_ids": [], "completion_mask": [],
+                     "completion_advantages": []}  # fmt: skip
+            samples.append(([], match))
+            new = []
+        else:
+            new = prompt[len(match["prompt_ids"]) + len(match["completion_ids"]) :]
+        match["completion_ids"] += new + completion
+        match["completion_mask"] += [False] * len(new) + [bool(m) for m in tokens["completion_mask"]]
+        match["completion_advantages"] += [0.0] * len(new) + step["completion_advantages"]
+        samples = [(p, s) if s is not match else (prompt + completion, s) for p, s in samples]
+    return [s for _, s in samples]
+
+
+def test_prime_rls_classic_interleaving_of_our_pr941_lines_gives_our_prime_rl_samples():
+    interleaved = [s for output in lines("pr941") for s in interleave_rollout(output)]
+    ours = samples()
+    assert len(interleaved) == len(ours)
+    for classic, sample in zip(interleaved, ours, strict=True):
+        assert classic["prompt_ids"] + classic["completion_ids"] == sample.token_ids
+        assert [False] * len(classic["prompt_ids"]) + classic["completion_mask"] == sample.mask
+        assert [0.0] * len(classic["prompt_ids"]) + classic["completion_advantages"] == sample.advantages
 
 
 def test_an_incomplete_round_or_an_unknown_format_is_refused():

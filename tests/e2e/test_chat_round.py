@@ -86,10 +86,10 @@ def test_a_conversation_exports_to_prime_rl_as_one_sample_per_episode(finished, 
     samples = [json.loads(line) for line in out.read_text().splitlines()]
     steps = read_parquet(store.artifact(CONVERSATION, 1, "steps").path)
     assert len(samples) == steps["episode_id"].nunique()
-    for sample in samples:
-        episode = steps[steps["episode_id"] == sample["info"]["episode_id"]].sort_values("step_idx")
-        assert sample["steps"] == episode["step_idx"].tolist()
+    # positional TrainingSamples (token_ids, mask, ...), one per episode, by episode id
+    for episode_id, (token_ids, mask, *_) in zip(sorted(steps["episode_id"].unique()), samples, strict=True):
+        episode = steps[steps["episode_id"] == episode_id].sort_values("step_idx")
         last = episode.iloc[-1]
-        assert sample["token_ids"] == [*last["prompt_ids"], *last["completion_ids"]]  # the whole conversation
-        sampled = [t for t, m in zip(sample["token_ids"], sample["mask"], strict=True) if m]
+        assert token_ids == [*last["prompt_ids"], *last["completion_ids"]]  # the whole conversation
+        sampled = [t for t, m in zip(token_ids, mask, strict=True) if m]
         assert sampled == [t for ids in episode["completion_ids"] for t in ids]

@@ -273,12 +273,10 @@ def test_export_hands_the_rounds_per_token_advantages_to_prime_rl_and_verifiers(
         assert f"of {EXPERIMENT} round 2 to {out}" in result.stdout  # the newest round by default
         records = [json.loads(line) for line in out.read_text().splitlines()]
         exported = {}
-        if format_ == "prime-rl":  # plain prompts never chain: one sample per step
-            for sample in records:
-                (step,) = sample["steps"]
-                exported[(sample["info"]["episode_id"], step)] = [
-                    a for a, m in zip(sample["advantages"], sample["mask"], strict=True) if m
-                ]
+        if format_ == "prime-rl":  # plain prompts never chain: one sample per step, by episode id then step
+            # a positional TrainingSample: token_ids, mask, logprobs, temperatures, env_name, ..., advantages
+            for key, sample in zip(sorted(by_step), records, strict=True):
+                exported[key] = [a for a, m in zip(sample[12], sample[1], strict=True) if m]
         else:
             assert len(records) == advantages["episode_id"].nunique()
             for rollout in records:

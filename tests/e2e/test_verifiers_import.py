@@ -51,6 +51,22 @@ def test_v1_import_export_reimport_gives_the_same_per_token_advantages(tmp_path)
         for index, node in enumerate(line["traces"][0]["nodes"]):
             assert node.get("advantages") == first.get(f"{n}:{index}")  # sampled nodes filled, others absent
 
+    # prime-rl's saved-rollout folders; the folder is made (its parent exists)
+    rollouts = tmp_path / "rollouts"
+    saved = creditline(
+        data, "export", "--experiment", "v1", "--format", "prime-rl-rollouts", "--out", str(rollouts)
+    )
+    assert saved.returncode == 0, saved.stderr
+    every = (rollouts / "step_1" / "train" / "all" / "traces.jsonl").read_text().splitlines()
+    effective = (rollouts / "step_1" / "train" / "effective" / "traces.jsonl").read_text().splitlines()
+    assert every == out.read_text().splitlines() and 0 < len(effective) <= len(every)
+    for bad, message in ((out, "is a file; this format writes a folder (give a folder's path)"),
+                         (tmp_path / "no" / "such", f"folder {tmp_path / 'no'} does not exist")):  # fmt: skip
+        refused = creditline(
+            data, "export", "--experiment", "v1", "--format", "prime-rl-rollouts", "--out", str(bad)
+        )
+        assert refused.returncode == 2 and refused.stderr.strip() == f"error: --out {bad}: {message}"
+
     again = creditline(data, "import", "verifiers", str(out), "--experiment", "v1-again", "--config", CONFIG)
     assert again.returncode == 0, again.stderr
     assert per_token(data, "v1-again") == first  # the exported advantages come back as presets, unchanged
