@@ -9,10 +9,13 @@ that were saved (never re-tokenised). `rollout_tables` turns them into the table
   example id where every group key is a non-negative integer (verifiers' `example_id`), else the rank of
   the key in sorted order; `sample_idx` orders a group's rollouts by their content hash, so the line
   order of the file does not matter and the same rollouts give the same tables;
-- `step_reward[t] = preset_t + (R if t is the last step else 0)`: the rollout's reward arrives at its
-  last step (where our environments put an outcome reward), plus any reward the environment set on
-  step t itself. So `episode_reward = R + Σ_t preset_t` under the built-in "env" rubric, and R exactly
-  when the environment set none;
+- the episode's return (`env_return`) is R, the reward the source's rubric gave, as verifiers trains on
+  it (its `score_group` computes advantages from R alone). A step reward the environment set itself
+  (`preset_t`) stays that step's reward: `step_reward[t] = preset_t` where set, else verifiers' fill
+  (R) carried as an outcome, `R if t is the last step else 0`. Presets are never added into the return:
+  in verifiers a step reward is a per-step value (its fill writes R on every step), not an increment,
+  so the "env" rubric reads an imported episode's return from `env_return`
+  (`rubrics.env_reward`), not from Σ step_reward;
 - `preset_advantage`: an advantage the source assigned to the step (NaN where it assigned none); the
   `preset` estimator keeps it and fills the rest (verifiers' fill-if-None);
 - `anchor_key`: the hash of the tokens the step added to the context before sampling (the environment's
@@ -119,16 +122,16 @@ def rollout_tables(rollouts: Sequence[ImportedRollout], experiment: str, round_:
                     "anchor_key": ids.anchor_key(json.dumps(step.new_prompt_ids)),
                     "prompt_ids": step.prompt_ids, "completion_ids": step.completion_ids,
                     "completion_logprobs": step.completion_logprobs,
-                    "step_reward": (step.preset_reward or 0.0) + (rollout.reward if t == last else 0.0),
+                    "step_reward": step.preset_reward if step.preset_reward is not None
+                    else (rollout.reward if t == last else 0.0),
                     "valid_action": True, "done": t == last, "truncated": step.truncated,
                     "finish_reason": "length" if step.truncated else "stop",
                     "preset_advantage": math.nan if step.preset_advantage is None else step.preset_advantage,
                     "source_ref": step.source_ref,
                 })  # fmt: skip
-            presets = sum(s.preset_reward or 0.0 for s in rollout.steps)
             episode_rows.append({
                 **common, "num_steps": len(rollout.steps), "success": rollout.reward > 0,
-                "env_return": rollout.reward + presets, "stop_reason": _stop_reason(rollout),
+                "env_return": rollout.reward, "stop_reason": _stop_reason(rollout),
                 "source_components": json.dumps(rollout.components, sort_keys=True),
             })  # fmt: skip
     return RolloutTables(episodes=pd.DataFrame(episode_rows), steps=pd.DataFrame(step_rows))

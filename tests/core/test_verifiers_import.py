@@ -19,9 +19,12 @@ from verifiers_files import (
     write_lines,
 )
 
+from creditline.config import AdvantageSettings
 from creditline.export import export_lines
 from creditline.ids import anchor_key
 from creditline.imported_rollouts import SourceError
+from creditline.round import step_advantages
+from creditline.rubrics import RUBRICS
 from creditline.verifiers_import import read_source, source_tables
 from creditline.verifiers_v1 import fill_advantages
 from schemas import SCHEMAS, validate
@@ -65,12 +68,31 @@ def test_classic_step_values_an_environment_set_are_kept_as_presets(tmp_path):
              classic_line(0, "b", 0.0, [[8], [8]], step_advantages=[-0.5, -0.5])]  # fmt: skip
     t = tables(write_lines(tmp_path / "results.jsonl", lines).parent)
     a = t.steps[t.steps.source_ref.str.startswith("1:")]
-    assert a["step_reward"].tolist() == [0.25, 1.0]  # the preset 0.25 on step 0, R on the last
+    assert a["step_reward"].tolist() == [0.25, 1.0]  # the preset 0.25 on step 0, R on the last (filled)
     assert a["preset_advantage"].iloc[0] == 2.0 and math.isnan(
         a["preset_advantage"].iloc[1]
     )  # 0.5 = the fill
     assert t.steps[t.steps.source_ref.str.startswith("2:")]["preset_advantage"].isna().all()
-    assert t.episodes.set_index("episode_id")["env_return"].max() == 1.25  # R + the preset step reward
+    assert t.episodes.set_index("episode_id")["env_return"].max() == 1.0  # verifiers' reward, presets not added
+
+
+def test_environment_step_rewards_stay_step_rewards_and_the_return_is_verifiers_reward(tmp_path):
+    # one call each; the environment set step rewards 1.5 (R 0.7) and 0.75 (R 0.25). verifiers scores on R
+    # alone: mean 0.475, advantages +0.225 / -0.225 (saved by score_group, the fill). Adding the presets
+    # into the return would give 2.2 / 1.0, mean 1.6, advantages +0.6 / -0.6.
+    lines = [classic_line(0, "a", 0.7, [[7]], step_rewards=[1.5], step_advantages=[0.225]),
+             classic_line(0, "b", 0.25, [[8]], step_rewards=[0.75], step_advantages=[-0.225])]  # fmt: skip
+    t = tables(write_lines(tmp_path / "results.jsonl", lines).parent)
+    by_ref = t.steps.set_index("source_ref")
+    assert by_ref.at["1:0", "step_reward"] == 1.5 and by_ref.at["2:0", "step_reward"] == 0.75
+    assert sorted(t.episodes["env_return"]) == [0.25, 0.7]
+    scores = RUBRICS["env"].score(t.episodes, t.steps)
+    assert sorted(scores["episode_reward"]) == pytest.approx([0.25, 0.7])
+    assert sorted(scores["step_reward"]) == [0.75, 1.5]  # the step rewards, for estimators that read them
+    advantages = step_advantages(t.steps, scores, AdvantageSettings("grpo", {"norm_by_std": False}))
+    by_episode = advantages.merge(t.steps[["episode_id", "step_idx", "source_ref"]]).set_index("source_ref")
+    assert by_episode.at["1:0", "advantage"] == pytest.approx(0.225, abs=1e-12)
+    assert by_episode.at["2:0", "advantage"] == pytest.approx(-0.225, abs=1e-12)
 
 
 def test_v1_prompts_are_the_node_tokens_from_the_root_and_rewards_are_weighted(tmp_path):
