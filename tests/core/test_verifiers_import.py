@@ -73,7 +73,7 @@ def test_classic_step_values_an_environment_set_are_kept_as_presets(tmp_path):
         a["preset_advantage"].iloc[1]
     )  # 0.5 = the fill
     assert t.steps[t.steps.source_ref.str.startswith("2:")]["preset_advantage"].isna().all()
-    assert t.episodes.set_index("episode_id")["env_return"].max() == 1.0  # verifiers' reward, presets not added
+    assert t.episodes["env_return"].max() == 1.0  # verifiers' reward; the preset is not added
 
 
 def test_environment_step_rewards_stay_step_rewards_and_the_return_is_verifiers_reward(tmp_path):
