@@ -22,7 +22,9 @@ that were saved (never re-tokenised). `rollout_tables` turns them into the table
   reply, or the whole first prompt), so GiGPO's anchor groups compare steps that saw the same reply;
 - `source_components`: the reward's named components and metrics as JSON, scored as
   `criterion.source.<name>` columns (recorded, never part of the reward);
-- `source_ref`: where in the source the step came from, for exporting advantages back into it.
+- `source_ref`: where in the source the step came from, for exporting advantages back into it;
+- `temperature`, `top_p`, `top_k`: the sampling settings the source saved for the call (NaN where it
+  saved none), which the trainer scores the step at (`creditline.sampling_settings`).
 
 Errors name the file, the line and the field (`SourceError`); a group with one rollout is refused
 (no baseline to compare it with).
@@ -67,6 +69,10 @@ class ImportedStep:
     preset_reward: float | None
     preset_advantage: float | None
     source_ref: str
+    temperature: float | None = None
+    """The sampling settings the call was made with, where the source saved them (None: not saved)."""
+    top_p: float | None = None
+    top_k: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,7 @@ def rollout_tables(rollouts: Sequence[ImportedRollout], experiment: str, round_:
                     "valid_action": True, "done": t == last, "truncated": step.truncated,
                     "finish_reason": "length" if step.truncated else "stop",
                     "preset_advantage": math.nan if step.preset_advantage is None else step.preset_advantage,
-                    "source_ref": step.source_ref,
+                    "source_ref": step.source_ref, **_sampling(step),
                 })  # fmt: skip
             episode_rows.append({
                 **common, "num_steps": len(rollout.steps), "success": rollout.reward > 0,
@@ -135,6 +141,12 @@ def rollout_tables(rollouts: Sequence[ImportedRollout], experiment: str, round_:
                 "source_components": json.dumps(rollout.components, sort_keys=True),
             })  # fmt: skip
     return RolloutTables(episodes=pd.DataFrame(episode_rows), steps=pd.DataFrame(step_rows))
+
+
+def _sampling(step: ImportedStep) -> dict[str, float]:
+    """The step's sampling settings as columns, NaN where not saved (`creditline.sampling_settings`)."""
+    return {name: math.nan if (value := getattr(step, name)) is None else float(value)
+            for name in ("temperature", "top_p", "top_k")}  # fmt: skip
 
 
 def _task_ids(keys: list[str]) -> dict[str, int]:
@@ -170,6 +182,27 @@ def float_list(value, where: str, field: str) -> list[float]:
     if not isinstance(value, list):
         raise SourceError(where, field, "expected a list of numbers")
     return [number(v, where, f"{field}[{i}]") for i, v in enumerate(value)]
+
+
+def sampling_settings(args, where: str, field: str) -> dict[str, float | None]:
+    """`temperature`, `top_p`, `top_k` from a call's sampling arguments (OpenAI keys, vLLM's in
+    `extra_body` too); None where absent. A temperature ≤ 0 (greedy decoding) is refused: its log-probs
+    are not a distribution's the trainer can reproduce."""
+    if args is None:
+        return {"temperature": None, "top_p": None, "top_k": None}
+    if not isinstance(args, dict):
+        raise SourceError(where, field, "expected an object of sampling arguments")
+    extra = args.get("extra_body") if isinstance(args.get("extra_body"), dict) else {}
+    out = {}
+    for name in ("temperature", "top_p", "top_k"):
+        value = args.get(name, extra.get(name))
+        out[name] = None if value is None else number(value, where, f"{field}.{name}")
+    if out["temperature"] is not None and out["temperature"] <= 0:
+        raise SourceError(where, f"{field}.temperature", f"{out['temperature']:g}: greedy decoding; only "
+                          "rollouts sampled at a temperature > 0 can be trained on")  # fmt: skip
+    if out["top_p"] is not None and not 0 < out["top_p"] <= 1:
+        raise SourceError(where, f"{field}.top_p", f"{out['top_p']:g}: expected a value in (0, 1]")
+    return out
 
 
 def read_json_lines(path) -> list[tuple[int, dict]]:

@@ -86,9 +86,10 @@ def read_source(path: str | Path) -> Source:
     fmt, rollouts_file = find_rollouts_file(path)
     folder = rollouts_file.parent
     if fmt == "classic":
+        metadata = read_metadata(folder)
         extras = [folder / METADATA] if (folder / METADATA).exists() else []
         return Source(
-            fmt, rollouts_file, (rollouts_file, *extras), read_classic(rollouts_file), read_metadata(folder)
+            fmt, rollouts_file, (rollouts_file, *extras), read_classic(rollouts_file, metadata), metadata
         )
     extras = [folder / name for name in V1_EXTRAS if (folder / name).exists()]
     return Source(fmt, rollouts_file, (rollouts_file, *extras), read_v1(rollouts_file), {})

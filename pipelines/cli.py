@@ -519,6 +519,7 @@ def cmd_import(args) -> int:
 
     from creditline.imported_rollouts import SourceError
     from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint
+    from creditline.sampling_settings import sampling_problem
     from creditline.store.leases import hold_lease
     from creditline.store.rounds import round_commits
     from creditline.verifiers_import import read_source, record_source, source_tables, token_id_problem
@@ -534,6 +535,8 @@ def cmd_import(args) -> int:
         raise UsageError(str(exc)) from None
     for table in ("episodes", "steps"):
         validate(SCHEMAS[table], getattr(tables, table), f"{table} of {source.rollouts_file}")
+    if problem := sampling_problem(tables.steps):
+        raise UsageError(f"{source.rollouts_file}: {problem}")
     store = _store(args.data_root)
     instance = get_instance(args.data_root)
     lineage = deployed_resources(args.data_root)["lineage"]

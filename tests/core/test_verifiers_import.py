@@ -25,6 +25,7 @@ from creditline.ids import anchor_key
 from creditline.imported_rollouts import SourceError
 from creditline.round import step_advantages
 from creditline.rubrics import RUBRICS
+from creditline.sampling_settings import round_sampling, sampling_problem
 from creditline.verifiers_import import read_source, source_tables
 from creditline.verifiers_v1 import fill_advantages
 from schemas import SCHEMAS, validate
@@ -258,3 +259,44 @@ def test_truncated_files_single_rollout_groups_and_unknown_files_are_refused(tmp
         tables(tmp_path / "g" / "..")
     with pytest.raises(SourceError, match="neither a verifiers v1 episode"):
         tables(write_lines(tmp_path / "o" / "other.jsonl", [{"x": 1}]))
+
+
+def test_sampling_settings_are_imported_per_row(tmp_path):
+    # classic: metadata.json's sampling_args hold for the run; a line's own sampling_args win (prime-rl's)
+    lines = [classic_line(0, "a", 1.0, [[7], [7]]), classic_line(0, "b", 0.0, [[8]])]
+    lines[1]["sampling_args"] = {"temperature": 0.6, "extra_body": {"top_k": -1}}
+    folder = write_lines(tmp_path / "c" / "results.jsonl", lines).parent
+    (folder / "metadata.json").write_text(json.dumps({"sampling_args": {"temperature": 0.7, "top_p": 0.95}}))
+    steps = tables(folder).steps.set_index("source_ref")
+    assert steps.loc[["1:0", "1:1"], "temperature"].tolist() == [0.7, 0.7]
+    assert steps.loc[["1:0", "1:1"], "top_p"].tolist() == [0.95, 0.95]
+    assert steps.at["2:0", "temperature"] == 0.6 and math.isnan(steps.at["2:0", "top_p"])
+    assert steps.at["2:0", "top_k"] == -1 and math.isnan(steps.at["1:0", "top_k"])
+    validate(SCHEMAS["steps"], steps.reset_index(), "steps")
+    assert sampling_problem(steps) == (
+        "rollouts sampled with 2 different settings (temperature=0.6 top_p=1, temperature=0.7 top_p=0.95): "
+        "one round trains at one temperature and top_p; import each setting's rollouts as a round of its own"
+    )
+    # v1: each call's own `sampling`
+    episodes = [v1_episode("k", "t1", 1.0, [[7], [7]]), v1_episode("k", "t2", 0.0, [[8]])]
+    episodes[0]["traces"][0]["calls"][0]["sampling"] = {"temperature": 0.7, "max_tokens": 40}
+    episodes[0]["traces"][0]["calls"][1]["sampling"] = {"temperature": 0.7, "top_p": 0.9}
+    episodes[1]["traces"][0]["calls"][0]["sampling"] = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
+    steps = tables(write_lines(tmp_path / "v" / "traces.jsonl", episodes).parent).steps.set_index(
+        "source_ref"
+    )
+    assert steps["temperature"].tolist() == [0.7, 0.7, 0.7]
+    assert steps.loc[["1:2", "1:4"], "top_p"].fillna(-1).tolist() == [-1, 0.9]
+    assert steps.at["2:2", "top_k"] == 20
+    assert sampling_problem(steps).startswith("rollouts sampled with top_k=20: the trainer cannot score")
+    # nothing saved: NaN, the trainer's [rollouts] values (round_sampling)
+    unsaved = tables(classic_run(tmp_path / "n")).steps
+    assert unsaved["temperature"].isna().all() and round_sampling(unsaved, 0.8, 1.0) == (0.8, 1.0)
+    assert round_sampling(steps.drop(columns="top_k").loc[["1:2"]], 1.0, 1.0) == (0.7, 1.0)
+
+
+def test_greedy_sampling_is_refused(tmp_path):
+    lines = [classic_line(0, "a", 1.0, [[7]]), classic_line(0, "b", 0.0, [[8]])]
+    lines[0]["sampling_args"] = {"temperature": 0}
+    with pytest.raises(SourceError, match=r"line 1: sampling_args.temperature: 0: greedy decoding"):
+        read_source(write_lines(tmp_path / "results.jsonl", lines))

@@ -68,6 +68,7 @@ def test_real_files_keep_every_sampled_token_and_reward(version, case):
     assert sorted(steps.index) == sorted(calls)  # one step per model call, none lost
     for ref, (ids, logprobs) in calls.items():
         assert steps.at[ref, "completion_ids"] == ids and steps.at[ref, "completion_logprobs"] == logprobs
+    assert (tables.steps["temperature"] == 1.0).all()  # what the runs were sampled at (scripts/verifiers)
     # the return is verifiers' reward, always; it arrives at the last step unless the environment set
     # step rewards itself (0.3.1's step_rewards env: test_preset_step_rewards_and_node_advantages_are_kept)
     assert sorted(tables.episodes["env_return"]) == pytest.approx(expected_rewards(version, case))
