@@ -208,8 +208,13 @@ def sampling_settings(args, where: str, field: str) -> dict[str, float | None]:
 def read_json_lines(path) -> list[tuple[int, dict]]:
     """(line number, object) for each non-blank line; a line that is not a JSON object is a SourceError."""
     lines = []
-    with open(path, encoding="utf-8") as fh:
-        for n, text in enumerate(fh, start=1):
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SourceError(f"{path} line {n}", "encoding", f"not UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                                  f"column {exc.start + 1}); verifiers writes UTF-8 JSON lines") from None  # fmt: skip
             if not text.strip():
                 continue
             try:

@@ -49,6 +49,8 @@ def read_metadata(folder: Path) -> dict:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise SourceError(str(path), "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise SourceError(str(path), "encoding", f"not UTF-8 (byte offset {exc.start})") from None
     if not isinstance(meta, dict):
         raise SourceError(str(path), "json", "expected an object")
     return meta

@@ -300,3 +300,27 @@ def test_greedy_sampling_is_refused(tmp_path):
     lines[0]["sampling_args"] = {"temperature": 0}
     with pytest.raises(SourceError, match=r"line 1: sampling_args.temperature: 0: greedy decoding"):
         read_source(write_lines(tmp_path / "results.jsonl", lines))
+
+
+def test_bad_bytes_empty_files_and_symlink_loops_are_named(tmp_path):
+    good = json.dumps(classic_line(0, "a", 1.0, [[7]])).encode()
+    bad = tmp_path / "bytes" / "results.jsonl"
+    bad.parent.mkdir()
+    bad.write_bytes(good + b"\n" + good[:10] + b"\xff" + good[11:] + b"\n")
+    with pytest.raises(SourceError) as info:
+        read_source(bad.parent)
+    assert (
+        str(info.value)
+        == f"{bad} line 2: encoding: not UTF-8 (byte 0xff at column 11); verifiers writes UTF-8 JSON lines"
+    )
+
+    empty = write_lines(tmp_path / "empty" / "results.jsonl", [])
+    with pytest.raises(SourceError, match=f"^{empty}: rollouts: the file holds no rollouts"):
+        read_source(empty.parent)
+
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "results.jsonl").symlink_to(loop / "results.jsonl")
+    for path in (loop, loop / "results.jsonl"):
+        with pytest.raises(SourceError, match=f"^{loop}/results.jsonl: path: a symlink that leads nowhere"):
+            read_source(path)
