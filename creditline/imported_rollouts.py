@@ -9,17 +9,22 @@ that were saved (never re-tokenised). `rollout_tables` turns them into the table
   example id where every group key is a non-negative integer (verifiers' `example_id`), else the rank of
   the key in sorted order; `sample_idx` orders a group's rollouts by their content hash, so the line
   order of the file does not matter and the same rollouts give the same tables;
-- `step_reward[t] = preset_t + (R if t is the last step else 0)`: the rollout's reward arrives at its
-  last step (where our environments put an outcome reward), plus any reward the environment set on
-  step t itself. So `episode_reward = R + Σ_t preset_t` under the built-in "env" rubric, and R exactly
-  when the environment set none;
+- the episode's return (`env_return`) is R, the reward the source's rubric gave, as verifiers trains on
+  it (its `score_group` computes advantages from R alone). A step reward the environment set itself
+  (`preset_t`) stays that step's reward: `step_reward[t] = preset_t` where set, else verifiers' fill
+  (R) carried as an outcome, `R if t is the last step else 0`. Presets are never added into the return:
+  in verifiers a step reward is a per-step value (its fill writes R on every step), not an increment,
+  so the "env" rubric reads an imported episode's return from `env_return`
+  (`rubrics.env_reward`), not from Σ step_reward;
 - `preset_advantage`: an advantage the source assigned to the step (NaN where it assigned none); the
   `preset` estimator keeps it and fills the rest (verifiers' fill-if-None);
 - `anchor_key`: the hash of the tokens the step added to the context before sampling (the environment's
   reply, or the whole first prompt), so GiGPO's anchor groups compare steps that saw the same reply;
 - `source_components`: the reward's named components and metrics as JSON, scored as
   `criterion.source.<name>` columns (recorded, never part of the reward);
-- `source_ref`: where in the source the step came from, for exporting advantages back into it.
+- `source_ref`: where in the source the step came from, for exporting advantages back into it;
+- `temperature`, `top_p`, `top_k`: the sampling settings the source saved for the call (NaN where it
+  saved none), which the trainer scores the step at (`creditline.sampling_settings`).
 
 Errors name the file, the line and the field (`SourceError`); a group with one rollout is refused
 (no baseline to compare it with).
@@ -64,6 +69,10 @@ class ImportedStep:
     preset_reward: float | None
     preset_advantage: float | None
     source_ref: str
+    temperature: float | None = None
+    """The sampling settings the call was made with, where the source saved them (None: not saved)."""
+    top_p: float | None = None
+    top_k: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,19 +128,25 @@ def rollout_tables(rollouts: Sequence[ImportedRollout], experiment: str, round_:
                     "anchor_key": ids.anchor_key(json.dumps(step.new_prompt_ids)),
                     "prompt_ids": step.prompt_ids, "completion_ids": step.completion_ids,
                     "completion_logprobs": step.completion_logprobs,
-                    "step_reward": (step.preset_reward or 0.0) + (rollout.reward if t == last else 0.0),
+                    "step_reward": step.preset_reward if step.preset_reward is not None
+                    else (rollout.reward if t == last else 0.0),
                     "valid_action": True, "done": t == last, "truncated": step.truncated,
                     "finish_reason": "length" if step.truncated else "stop",
                     "preset_advantage": math.nan if step.preset_advantage is None else step.preset_advantage,
-                    "source_ref": step.source_ref,
+                    "source_ref": step.source_ref, **_sampling(step),
                 })  # fmt: skip
-            presets = sum(s.preset_reward or 0.0 for s in rollout.steps)
             episode_rows.append({
                 **common, "num_steps": len(rollout.steps), "success": rollout.reward > 0,
-                "env_return": rollout.reward + presets, "stop_reason": _stop_reason(rollout),
+                "env_return": rollout.reward, "stop_reason": _stop_reason(rollout),
                 "source_components": json.dumps(rollout.components, sort_keys=True),
             })  # fmt: skip
     return RolloutTables(episodes=pd.DataFrame(episode_rows), steps=pd.DataFrame(step_rows))
+
+
+def _sampling(step: ImportedStep) -> dict[str, float]:
+    """The step's sampling settings as columns, NaN where not saved (`creditline.sampling_settings`)."""
+    return {name: math.nan if (value := getattr(step, name)) is None else float(value)
+            for name in ("temperature", "top_p", "top_k")}  # fmt: skip
 
 
 def _task_ids(keys: list[str]) -> dict[str, int]:
@@ -169,11 +184,37 @@ def float_list(value, where: str, field: str) -> list[float]:
     return [number(v, where, f"{field}[{i}]") for i, v in enumerate(value)]
 
 
+def sampling_settings(args, where: str, field: str) -> dict[str, float | None]:
+    """`temperature`, `top_p`, `top_k` from a call's sampling arguments (OpenAI keys, vLLM's in
+    `extra_body` too); None where absent. A temperature ≤ 0 (greedy decoding) is refused: its log-probs
+    are not a distribution's the trainer can reproduce."""
+    if args is None:
+        return {"temperature": None, "top_p": None, "top_k": None}
+    if not isinstance(args, dict):
+        raise SourceError(where, field, "expected an object of sampling arguments")
+    extra = args.get("extra_body") if isinstance(args.get("extra_body"), dict) else {}
+    out = {}
+    for name in ("temperature", "top_p", "top_k"):
+        value = args.get(name, extra.get(name))
+        out[name] = None if value is None else number(value, where, f"{field}.{name}")
+    if out["temperature"] is not None and out["temperature"] <= 0:
+        raise SourceError(where, f"{field}.temperature", f"{out['temperature']:g}: greedy decoding; only "
+                          "rollouts sampled at a temperature > 0 can be trained on")  # fmt: skip
+    if out["top_p"] is not None and not 0 < out["top_p"] <= 1:
+        raise SourceError(where, f"{field}.top_p", f"{out['top_p']:g}: expected a value in (0, 1]")
+    return out
+
+
 def read_json_lines(path) -> list[tuple[int, dict]]:
     """(line number, object) for each non-blank line; a line that is not a JSON object is a SourceError."""
     lines = []
-    with open(path, encoding="utf-8") as fh:
-        for n, text in enumerate(fh, start=1):
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SourceError(f"{path} line {n}", "encoding", f"not UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                                  f"column {exc.start + 1}); verifiers writes UTF-8 JSON lines") from None  # fmt: skip
             if not text.strip():
                 continue
             try:

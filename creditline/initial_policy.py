@@ -14,6 +14,9 @@ lineage record.
 
 from __future__ import annotations
 
+import json
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +59,14 @@ def build_initial_policy(config: ExperimentConfig, folder: Path) -> tuple[Path, 
     if source != folder:  # a user's folder, left as it was (a built-in one is overwritten by the warm start)
         meta["warm_start"]["started_from_path"] = str(source)
     return folder, meta
+
+
+def initial_vocab_size(config: ExperimentConfig) -> int:
+    """The vocabulary size of the experiment's policy, found without writing anything where it is kept:
+    a user's folder is read, a built-in policy built (without its warm start, which keeps the vocabulary)
+    in a temporary folder. Training never changes it, so it holds for every round's parent too; an import
+    checks its token ids against it before anything is registered (`creditline import verifiers`)."""
+    with tempfile.TemporaryDirectory(prefix="creditline-vocab-") as tmp:
+        bare = replace(config, warm_start=replace(config.warm_start, episodes=0))
+        folder, _ = build_initial_policy(bare, Path(tmp))
+        return int(json.loads((folder / "config.json").read_text())["vocab_size"])

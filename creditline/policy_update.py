@@ -2,8 +2,9 @@
 
 The round's training stage (`creditline.round.train_policy`, which the `checkpoint` asset and the benchmarks
 call) runs `update_policy`. A multi-turn chat episode is trained as one row (`creditline.turn_packing`). The
-sampling temperature and top-p of the round's rollouts are the trainer's
-(ρ compares like with like) and the minibatch order is seeded from (seed, round, "train").
+sampling temperature and top-p the round's rows were drawn with (`creditline.sampling_settings`: recorded
+per row, the experiment's `[rollouts]` where a source saved none) are the trainer's (ρ compares like with
+like) and the minibatch order is seeded from (seed, round, "train").
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from creditline.config import ExperimentConfig
 from creditline.distributed import is_sharded
 from creditline.ids import derive_seed
 from creditline.policy import load_policy
+from creditline.sampling_settings import round_sampling
 from creditline.trainer import pack, score, train
 from creditline.turn_packing import merge_turns
 
@@ -38,7 +40,8 @@ def update_policy(
     packed = merge_turns(rows)  # one row per chat episode: same loss, ~T× fewer tokens
     batch = pack(packed["prompt_ids"], packed["completion_ids"], packed["completion_logprobs"],
                  packed["completion_advantages"], pad_token_id, packed["sampled_mask"])  # fmt: skip
-    temperature, top_p = config.rollouts.temperature, config.rollouts.top_p
+    # the rows' own sampling settings (imported rounds: what the source saved), else [rollouts]'
+    temperature, top_p = round_sampling(rows, config.rollouts.temperature, config.rollouts.top_p)
     if config.train.kl_coef > 0:
         if reference_policy is None:
             raise ValueError("[train] kl_coef > 0 needs a reference policy")

@@ -226,6 +226,8 @@ def play(
                     "done": transition.done,
                     "truncated": transition.truncated or out_of_context,
                     "finish_reason": completion.finish_reason,
+                    "temperature": sampling.temperature,
+                    "top_p": sampling.top_p,
                     **ep.branch_link(),
                 }
             )

@@ -12,6 +12,13 @@ arguments instead of injection by introspection):
     step_reward[s]     = Σ_{k step}  w_k · c_k[s]
     episode_reward[e]  = Σ_{k step}  w_k · Σ_{s ∈ e} c_k[s]  +  Σ_{k episode} w_k · c_k[e]
 
+One exception, for rounds imported from verifiers (episodes with `source_components`): the built-in
+`env_reward` criterion's episode value is the episode's `env_return`, verifiers' reward R, not the sum of
+its step rewards. verifiers scores a rollout on R alone; a step reward its environment set is a per-step
+value (its fill writes R on every step), kept as `step_reward` for estimators that read step rewards but
+never added into the return (`creditline.imported_rollouts`). Generated rounds are unaffected (their
+`env_return` is Σ step_reward anyway), and the rubric's version does not change.
+
 A `RubricGroup` sums its members' step and episode rewards. Advantages are computed later, once,
 from these totals: a member's partial reward never reaches an advantage (the RubricGroup bug of
 verifiers PR #941, where the first child's partial reward was frozen into every step's advantage).
@@ -99,6 +106,8 @@ def _criterion_values(rubric: Rubric, episodes: pd.DataFrame, steps: pd.DataFram
             per_step = np.asarray(criterion.fn(steps, **criterion.params), dtype=np.float64)  # (S,)
             _check_length(rubric, criterion, per_step, len(steps), "steps")
             per_episode = np.bincount(step_episode, weights=per_step, minlength=len(episodes))  # (E,)
+            if criterion.fn is env_reward and "source_components" in episodes:  # imported: R, see docstring
+                per_episode = episodes["env_return"].to_numpy(dtype=np.float64)  # (E,)
             step_reward += criterion.weight * per_step
         else:
             per_episode = np.asarray(criterion.fn(episodes, steps, **criterion.params), dtype=np.float64)

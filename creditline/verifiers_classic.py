@@ -4,7 +4,9 @@ One JSON line per rollout (a `RolloutOutput`): `example_id` (the group: rollouts
 `reward`, `metrics` (each reward function's and metric's value by name), `stop_condition`, and, when the
 run saved it (`state_columns=["trajectory"]`, as prime-rl always asks), `trajectory`: one step per model
 call with `tokens = {prompt_ids, completion_ids, completion_logprobs, is_truncated, overlong_prompt, ...}`,
-`reward`, `advantage`, `prompt` and `completion` messages.
+`reward`, `advantage`, `prompt` and `completion` messages. The sampling arguments (`temperature`,
+`top_p`, `top_k`) are the line's own `sampling_args` where saved (prime-rl's state columns), else
+`metadata.json`'s, one set for the whole run.
 
 verifiers' `Rubric.score_group` fills every step's `reward` with the rollout's reward and its `advantage`
 with `R_i − mean_group(R)` unless the environment set them first (fill-if-None). The saved file cannot say
@@ -29,6 +31,7 @@ from creditline.imported_rollouts import (
     message_text,
     number,
     read_json_lines,
+    sampling_settings,
 )
 
 RESULTS = "results.jsonl"
@@ -46,14 +49,19 @@ def read_metadata(folder: Path) -> dict:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise SourceError(str(path), "json", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise SourceError(str(path), "encoding", f"not UTF-8 (byte offset {exc.start})") from None
     if not isinstance(meta, dict):
         raise SourceError(str(path), "json", "expected an object")
     return meta
 
 
-def read_classic(path: Path) -> list[ImportedRollout]:
-    """The rollouts of one `results.jsonl`; see the module docstring."""
-    parsed = [_parse_line(obj, f"{path} line {n}") for n, obj in read_json_lines(path)]
+def read_classic(path: Path, metadata: dict | None = None) -> list[ImportedRollout]:
+    """The rollouts of one `results.jsonl`; see the module docstring. `metadata`: its `metadata.json`,
+    whose `sampling_args` hold for every line that did not save its own."""
+    run_args = (metadata or {}).get("sampling_args")
+    run_sampling = sampling_settings(run_args, str(path.parent / METADATA), "sampling_args")
+    parsed = [_parse_line(obj, f"{path} line {n}", run_sampling) for n, obj in read_json_lines(path)]
     by_example: dict[str, list[float]] = defaultdict(list)
     for line in parsed:
         by_example[line["group"]].append(line["reward"])
@@ -80,7 +88,7 @@ def _unless(value: float | None, fill: float) -> float | None:
     return None if value is None or math.isclose(value, fill, rel_tol=0, abs_tol=_SAME) else value
 
 
-def _parse_line(obj: dict, where: str) -> dict:
+def _parse_line(obj: dict, where: str, run_sampling: dict) -> dict:
     for field in ("example_id", "reward"):
         if field not in obj:
             raise SourceError(where, field, "missing")
@@ -96,6 +104,8 @@ def _parse_line(obj: dict, where: str) -> dict:
     if not isinstance(trajectory, list) or not trajectory:
         raise SourceError(where, "trajectory", "missing or empty: save the run with state_columns=[\"trajectory\"] "
                           "so each model call's token ids and log-probs are kept")  # fmt: skip
+    sampling = run_sampling if obj.get("sampling_args") is None \
+        else sampling_settings(obj["sampling_args"], where, "sampling_args")  # fmt: skip
     steps = []
     previous: tuple[list[int], int] | None = None  # (prompt + completion ids, messages) of the step before
     for t, step in enumerate(trajectory):
@@ -132,7 +142,7 @@ def _parse_line(obj: dict, where: str) -> dict:
             "preset_reward": None if step.get("reward") is None else number(step["reward"], where, f"{at}.reward"),
             "preset_advantage": None if step.get("advantage") is None
             else number(step["advantage"], where, f"{at}.advantage"),
-            "source_ref": f"{where.rsplit(' line ', 1)[-1]}:{t}",
+            "source_ref": f"{where.rsplit(' line ', 1)[-1]}:{t}", **sampling,
         })  # fmt: skip
         previous = (prompt_ids + completion_ids, len(prompt) + len(completion))
     key = trajectory[0].get("trajectory_id") or f"{where}"

@@ -57,6 +57,11 @@ def find_rollouts_file(path: str | Path) -> tuple[str, Path]:
     """(format, rollouts file) for a run folder or a file in it."""
     path = Path(path).expanduser()
     if path.is_dir():
+        for name in (RESULTS, TRACES):
+            if (path / name).is_symlink() and not (path / name).exists():
+                raise SourceError(
+                    str(path / name), "path", "a symlink that leads nowhere (broken, or a loop)"
+                )
         found = [
             (fmt, path / name)
             for fmt, name in (("classic", RESULTS), ("v1", TRACES))
@@ -68,6 +73,8 @@ def find_rollouts_file(path: str | Path) -> tuple[str, Path]:
             )
             raise SourceError(str(path), "folder", f"holds {what}; name the file to import")
         return found[0]
+    if path.is_symlink() and not path.exists():
+        raise SourceError(str(path), "path", "a symlink that leads nowhere (broken, or a loop)")
     if not path.is_file():
         raise SourceError(str(path), "path", "no such file or folder")
     if path.name == METADATA:
@@ -84,11 +91,14 @@ def find_rollouts_file(path: str | Path) -> tuple[str, Path]:
 def read_source(path: str | Path) -> Source:
     """Read and check every rollout of a verifiers run (see the module docstring)."""
     fmt, rollouts_file = find_rollouts_file(path)
+    if not read_json_lines(rollouts_file):
+        raise SourceError(str(rollouts_file), "rollouts", "the file holds no rollouts (empty)")
     folder = rollouts_file.parent
     if fmt == "classic":
+        metadata = read_metadata(folder)
         extras = [folder / METADATA] if (folder / METADATA).exists() else []
         return Source(
-            fmt, rollouts_file, (rollouts_file, *extras), read_classic(rollouts_file), read_metadata(folder)
+            fmt, rollouts_file, (rollouts_file, *extras), read_classic(rollouts_file, metadata), metadata
         )
     extras = [folder / name for name in V1_EXTRAS if (folder / name).exists()]
     return Source(fmt, rollouts_file, (rollouts_file, *extras), read_v1(rollouts_file), {})

@@ -6,7 +6,9 @@ node keeps only the token ids it adds, so a model call's prompt + completion is 
 node ids from the root to its assistant node. On a sampled (assistant) node, `token_ids` is the
 generation-prompt scaffold (`mask` false) followed by the sampled completion (`mask` true); `logprobs`
 and `advantages` cover only the sampled tokens (length `sum(mask)`). `calls[i].node` links each model
-call to its node, and `calls[i].finish_reason == "length"` marks truncation. The trace's reward is
+call to its node, `calls[i].sampling` holds the sampling arguments it was made with (`temperature`,
+`top_p`, `top_k`, imported per step), and `calls[i].finish_reason == "length"` marks truncation. The
+trace's reward is
 Σ score × weight over `rewards` (not stored); `metrics` are unweighted. Lines are written with
 `exclude_none`: an unassigned `advantages` is an absent key.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from creditline.imported_rollouts import (
@@ -34,6 +37,7 @@ from creditline.imported_rollouts import (
     message_text,
     number,
     read_json_lines,
+    sampling_settings,
 )
 
 TRACES = "traces.jsonl"
@@ -93,9 +97,12 @@ def _rollout(episode: dict, trace: dict, where: str, line: int) -> ImportedRollo
     calls = [c for c in trace.get("calls") or [] if isinstance(c, dict) and c.get("node") is not None]
     sampled = [c["node"] for c in calls] or [i for i, node in enumerate(nodes) if node.get("sampled")]
     truncated = {c["node"] for c in calls if c.get("finish_reason") == "length"}
+    sampling = {c["node"]: sampling_settings(c.get("sampling"), where, f"traces[0].calls[{i}].sampling")
+                for i, c in enumerate(trace.get("calls") or []) if c in calls}  # fmt: skip
     steps, previous = [], None
     for index in sampled:
-        steps.append(_step(nodes, index, where, line, truncated=index in truncated, previous=previous))
+        step = _step(nodes, index, where, line, truncated=index in truncated, previous=previous)
+        steps.append(replace(step, **sampling[index]) if index in sampling else step)
         previous = index
     return ImportedRollout(str(group), str(trace.get("id") or episode.get("id") or where), reward, components,
                            trace.get("stop_condition"), tuple(steps), where)  # fmt: skip

@@ -563,7 +563,9 @@ def cmd_import(args) -> int:
     """Make verifiers' saved rollouts the experiment's next round, then score, train and evaluate it."""
 
     from creditline.imported_rollouts import SourceError
+    from creditline.initial_policy import initial_vocab_size
     from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint
+    from creditline.sampling_settings import sampling_problem
     from creditline.store.leases import hold_lease
     from creditline.store.rounds import round_commits
     from creditline.verifiers_import import read_source, record_source, source_tables, token_id_problem
@@ -579,6 +581,14 @@ def cmd_import(args) -> int:
         raise UsageError(str(exc)) from None
     for table in ("episodes", "steps"):
         validate(SCHEMAS[table], getattr(tables, table), f"{table} of {source.rollouts_file}")
+    if problem := sampling_problem(tables.steps):
+        raise UsageError(f"{source.rollouts_file}: {problem}")
+    try:  # every check that needs no store comes before the data root is touched: a refusal writes nothing
+        vocab = initial_vocab_size(config)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    if problem := token_id_problem(source, vocab):
+        raise UsageError(problem)
     store = _store(args.data_root)
     instance = get_instance(args.data_root)
     lineage = deployed_resources(args.data_root)["lineage"]
@@ -598,10 +608,7 @@ def cmd_import(args) -> int:
             raise UsageError(f"round {round_} of {config.name!r} has generated rollouts already; "
                              "finish it with `creditline run` first")  # fmt: skip
         ensure_initial_policy(store, config, lineage.checkpoint_dir(config.name, 0))
-        parent = parent_checkpoint(store, config.name, round_)
-        vocab = json.loads((Path(parent.path) / "config.json").read_text())["vocab_size"]
-        if problem := token_id_problem(source, vocab):
-            raise UsageError(problem)
+        parent_checkpoint(store, config.name, round_)  # the parent is there, unchanged
         folder = lineage.round_dir(config.name, round_) / "source"
         if staged is None or staged.meta.get("files") != source.describe()["files"]:
             if staged is not None and store.artifact(config.name, round_, "episodes") is not None:

@@ -80,6 +80,13 @@ class StepsTable(pa.DataFrameModel):
     """Imported rounds only: the advantage the source assigned to the step; NaN where it assigned none."""
     source_ref: Series[str] | None
     """Imported rounds only: where the step came from in the source file ("<line>:<step or node>")."""
+    temperature: Series[float] | None = pa.Field(nullable=True, gt=0)
+    """The sampling temperature the step's completion was drawn at; NaN where an imported source did not
+    save it (the trainer then uses `[rollouts] temperature`; `creditline.sampling_settings`)."""
+    top_p: Series[float] | None = pa.Field(nullable=True, gt=0, le=1)
+    """The nucleus top-p it was drawn with; NaN where not saved."""
+    top_k: Series[float] | None = pa.Field(nullable=True)
+    """Imported rounds: the top-k cut the source saved (≤ 0: none); NaN where not saved."""
     branch_of_episode: Series[str] | None = pa.Field(nullable=True)
     """Branched rounds only: as on the episode row (a continuation's step_idx 0 is its source's step
     `branch_of_step`)."""

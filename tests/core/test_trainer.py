@@ -263,3 +263,25 @@ def test_pack_fills_the_same_tensors_as_a_row_by_row_loop(shapes):
         ValueError, match="step row 0: completion_ids and completion_advantages differ in length"
     ):
         pack(prompts[:1], completions[:1], logprobs[:1], [[*advantages[0], 1.0]], 0)
+
+
+def test_rows_are_trained_at_the_sampling_settings_they_record(tiny_policy_dir, round_rows):
+    config, rows = round_rows
+    assert (rows["temperature"] == 1.0).all() and (rows["top_p"] == 1.0).all()  # generated: [rollouts]'
+    at_config = replace(config, rollouts=replace(config.rollouts, temperature=0.5, top_p=0.9))
+    trained = {}
+    for name, these_rows, these in (
+        ("recorded", rows.assign(temperature=0.5, top_p=0.9), config),  # config says 1.0: the rows win
+        ("config", rows.drop(columns=["temperature", "top_p"]), at_config),
+        ("unsaved", rows.assign(temperature=np.nan, top_p=np.nan), at_config),  # NaN: not saved
+    ):
+        model, tokenizer = load_policy(tiny_policy_dir)
+        update_policy(model, tokenizer.pad_token_id, these_rows, these, 1, None)
+        trained[name] = _parameters(model)
+    for name in ("recorded", "unsaved"):  # the very same update
+        assert all(torch.equal(trained[name][k], trained["config"][k]) for k in trained["config"])
+    model, tokenizer = load_policy(tiny_policy_dir)
+    mixed = rows.assign(temperature=np.where(np.arange(len(rows)) % 2, 0.7, 1.0))
+    with pytest.raises(ValueError, match=r"^rollouts sampled with 2 different settings \(temperature=0.7 "
+                       r"top_p=1, temperature=1 top_p=1\): one round trains at one temperature"):  # fmt: skip
+        update_policy(model, tokenizer.pad_token_id, mixed, config, 1, None)

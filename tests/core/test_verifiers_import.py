@@ -19,9 +19,13 @@ from verifiers_files import (
     write_lines,
 )
 
+from creditline.config import AdvantageSettings
 from creditline.export import export_lines
 from creditline.ids import anchor_key
 from creditline.imported_rollouts import SourceError
+from creditline.round import step_advantages
+from creditline.rubrics import RUBRICS
+from creditline.sampling_settings import round_sampling, sampling_problem
 from creditline.verifiers_import import read_source, source_tables
 from creditline.verifiers_v1 import fill_advantages
 from schemas import SCHEMAS, validate
@@ -65,12 +69,31 @@ def test_classic_step_values_an_environment_set_are_kept_as_presets(tmp_path):
              classic_line(0, "b", 0.0, [[8], [8]], step_advantages=[-0.5, -0.5])]  # fmt: skip
     t = tables(write_lines(tmp_path / "results.jsonl", lines).parent)
     a = t.steps[t.steps.source_ref.str.startswith("1:")]
-    assert a["step_reward"].tolist() == [0.25, 1.0]  # the preset 0.25 on step 0, R on the last
+    assert a["step_reward"].tolist() == [0.25, 1.0]  # the preset 0.25 on step 0, R on the last (filled)
     assert a["preset_advantage"].iloc[0] == 2.0 and math.isnan(
         a["preset_advantage"].iloc[1]
     )  # 0.5 = the fill
     assert t.steps[t.steps.source_ref.str.startswith("2:")]["preset_advantage"].isna().all()
-    assert t.episodes.set_index("episode_id")["env_return"].max() == 1.25  # R + the preset step reward
+    assert t.episodes["env_return"].max() == 1.0  # verifiers' reward; the preset is not added
+
+
+def test_environment_step_rewards_stay_step_rewards_and_the_return_is_verifiers_reward(tmp_path):
+    # one call each; the environment set step rewards 1.5 (R 0.7) and 0.75 (R 0.25). verifiers scores on R
+    # alone: mean 0.475, advantages +0.225 / -0.225 (saved by score_group, the fill). Adding the presets
+    # into the return would give 2.2 / 1.0, mean 1.6, advantages +0.6 / -0.6.
+    lines = [classic_line(0, "a", 0.7, [[7]], step_rewards=[1.5], step_advantages=[0.225]),
+             classic_line(0, "b", 0.25, [[8]], step_rewards=[0.75], step_advantages=[-0.225])]  # fmt: skip
+    t = tables(write_lines(tmp_path / "results.jsonl", lines).parent)
+    by_ref = t.steps.set_index("source_ref")
+    assert by_ref.at["1:0", "step_reward"] == 1.5 and by_ref.at["2:0", "step_reward"] == 0.75
+    assert sorted(t.episodes["env_return"]) == [0.25, 0.7]
+    scores = RUBRICS["env"].score(t.episodes, t.steps)
+    assert sorted(scores["episode_reward"]) == pytest.approx([0.25, 0.7])
+    assert sorted(scores["step_reward"]) == [0.75, 1.5]  # the step rewards, for estimators that read them
+    advantages = step_advantages(t.steps, scores, AdvantageSettings("grpo", {"norm_by_std": False}))
+    by_episode = advantages.merge(t.steps[["episode_id", "step_idx", "source_ref"]]).set_index("source_ref")
+    assert by_episode.at["1:0", "advantage"] == pytest.approx(0.225, abs=1e-12)
+    assert by_episode.at["2:0", "advantage"] == pytest.approx(-0.225, abs=1e-12)
 
 
 def test_v1_prompts_are_the_node_tokens_from_the_root_and_rewards_are_weighted(tmp_path):
@@ -236,3 +259,68 @@ def test_truncated_files_single_rollout_groups_and_unknown_files_are_refused(tmp
         tables(tmp_path / "g" / "..")
     with pytest.raises(SourceError, match="neither a verifiers v1 episode"):
         tables(write_lines(tmp_path / "o" / "other.jsonl", [{"x": 1}]))
+
+
+def test_sampling_settings_are_imported_per_row(tmp_path):
+    # classic: metadata.json's sampling_args hold for the run; a line's own sampling_args win (prime-rl's)
+    lines = [classic_line(0, "a", 1.0, [[7], [7]]), classic_line(0, "b", 0.0, [[8]])]
+    lines[1]["sampling_args"] = {"temperature": 0.6, "extra_body": {"top_k": -1}}
+    folder = write_lines(tmp_path / "c" / "results.jsonl", lines).parent
+    (folder / "metadata.json").write_text(json.dumps({"sampling_args": {"temperature": 0.7, "top_p": 0.95}}))
+    steps = tables(folder).steps.set_index("source_ref")
+    assert steps.loc[["1:0", "1:1"], "temperature"].tolist() == [0.7, 0.7]
+    assert steps.loc[["1:0", "1:1"], "top_p"].tolist() == [0.95, 0.95]
+    assert steps.at["2:0", "temperature"] == 0.6 and math.isnan(steps.at["2:0", "top_p"])
+    assert steps.at["2:0", "top_k"] == -1 and math.isnan(steps.at["1:0", "top_k"])
+    validate(SCHEMAS["steps"], steps.reset_index(), "steps")
+    assert sampling_problem(steps) == (
+        "rollouts sampled with 2 different settings (temperature=0.6 top_p=1, temperature=0.7 top_p=0.95): "
+        "one round trains at one temperature and top_p; import each setting's rollouts as a round of its own"
+    )
+    # v1: each call's own `sampling`
+    episodes = [v1_episode("k", "t1", 1.0, [[7], [7]]), v1_episode("k", "t2", 0.0, [[8]])]
+    episodes[0]["traces"][0]["calls"][0]["sampling"] = {"temperature": 0.7, "max_tokens": 40}
+    episodes[0]["traces"][0]["calls"][1]["sampling"] = {"temperature": 0.7, "top_p": 0.9}
+    episodes[1]["traces"][0]["calls"][0]["sampling"] = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
+    steps = tables(write_lines(tmp_path / "v" / "traces.jsonl", episodes).parent).steps.set_index(
+        "source_ref"
+    )
+    assert steps["temperature"].tolist() == [0.7, 0.7, 0.7]
+    assert steps.loc[["1:2", "1:4"], "top_p"].fillna(-1).tolist() == [-1, 0.9]
+    assert steps.at["2:2", "top_k"] == 20
+    assert sampling_problem(steps).startswith("rollouts sampled with top_k=20: the trainer cannot score")
+    # nothing saved: NaN, the trainer's [rollouts] values (round_sampling)
+    unsaved = tables(classic_run(tmp_path / "n")).steps
+    assert unsaved["temperature"].isna().all() and round_sampling(unsaved, 0.8, 1.0) == (0.8, 1.0)
+    assert round_sampling(steps.drop(columns="top_k").loc[["1:2"]], 1.0, 1.0) == (0.7, 1.0)
+
+
+def test_greedy_sampling_is_refused(tmp_path):
+    lines = [classic_line(0, "a", 1.0, [[7]]), classic_line(0, "b", 0.0, [[8]])]
+    lines[0]["sampling_args"] = {"temperature": 0}
+    with pytest.raises(SourceError, match=r"line 1: sampling_args.temperature: 0: greedy decoding"):
+        read_source(write_lines(tmp_path / "results.jsonl", lines))
+
+
+def test_bad_bytes_empty_files_and_symlink_loops_are_named(tmp_path):
+    good = json.dumps(classic_line(0, "a", 1.0, [[7]])).encode()
+    bad = tmp_path / "bytes" / "results.jsonl"
+    bad.parent.mkdir()
+    bad.write_bytes(good + b"\n" + good[:10] + b"\xff" + good[11:] + b"\n")
+    with pytest.raises(SourceError) as info:
+        read_source(bad.parent)
+    assert (
+        str(info.value)
+        == f"{bad} line 2: encoding: not UTF-8 (byte 0xff at column 11); verifiers writes UTF-8 JSON lines"
+    )
+
+    empty = write_lines(tmp_path / "empty" / "results.jsonl", [])
+    with pytest.raises(SourceError, match=f"^{empty}: rollouts: the file holds no rollouts"):
+        read_source(empty.parent)
+
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "results.jsonl").symlink_to(loop / "results.jsonl")
+    for path in (loop, loop / "results.jsonl"):
+        with pytest.raises(SourceError, match=f"^{loop}/results.jsonl: path: a symlink that leads nowhere"):
+            read_source(path)

@@ -6,6 +6,7 @@ vocabulary so the imported round trains. Files written by verifiers itself: test
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -100,9 +101,34 @@ def test_a_bad_line_stores_nothing_and_names_file_line_and_field(tmp_path):
                           [classic_line(0, "a", 1.0, [[7, 99999]]), classic_line(0, "b", 0.0, [[8]])]).parent  # fmt: skip
     refused = creditline(data, "import", "verifiers", str(foreign), "--experiment", "big", "--config", CONFIG)
     assert refused.returncode == 2 and "token id 99999, beyond the policy's vocabulary" in refused.stderr
-    assert LineageStore(data / "lineage.duckdb").artifacts("big") == [
-        a for a in LineageStore(data / "lineage.duckdb").artifacts("big") if a.kind == "checkpoint"
-    ]  # only the initial policy it was checked against
+    assert not data.exists()  # checked against the policy's vocabulary before anything was registered
+
+
+def tree(root) -> dict[str, str]:
+    """Every file under `root` (the catalog included) → the sha256 of its bytes."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def test_a_refused_import_writes_nothing_and_the_corrected_retry_is_imported(tmp_path):
+    data = tmp_path / "data"
+    good = [classic_line(0, "a", 1.0, [[7, 8]]), classic_line(0, "b", 0.0, [[8]])]
+    foreign = write_lines(
+        tmp_path / "big" / "results.jsonl", [classic_line(0, "a", 1.0, [[7, 99999]]), good[1]]
+    )
+    refused = creditline(data, "import", "verifiers", str(foreign), "--experiment", "e", "--config", CONFIG)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert not data.exists()
+    retry = creditline(data, "import", "verifiers", str(write_lines(tmp_path / "ok" / "results.jsonl", good)),
+                       "--experiment", "e", "--config", CONFIG)  # fmt: skip
+    assert retry.returncode == 0, retry.stderr  # not "registered with config …; use a new experiment name"
+    before = tree(data)
+    for name in ("e", "other"):  # the next round of `e`, or a new experiment, on a root in use
+        again = creditline(
+            data, "import", "verifiers", str(foreign), "--experiment", name, "--config", CONFIG
+        )
+        assert again.returncode == 2 and "token id 99999" in again.stderr, again.stderr
+        assert tree(data) == before  # byte for byte, the catalog included
 
 
 def test_an_imported_classic_round_rescores_and_importing_again_makes_the_next_round(tmp_path):

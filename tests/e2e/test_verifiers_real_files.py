@@ -68,18 +68,19 @@ def test_real_files_keep_every_sampled_token_and_reward(version, case):
     assert sorted(steps.index) == sorted(calls)  # one step per model call, none lost
     for ref, (ids, logprobs) in calls.items():
         assert steps.at[ref, "completion_ids"] == ids and steps.at[ref, "completion_logprobs"] == logprobs
-    # the reward arrives at the last step (0.3.1's step_rewards env also preset a reward on each step:
-    # test_preset_step_rewards_and_node_advantages_are_kept)
-    returns = tables.steps.groupby("episode_id")["step_reward"].sum()
-    assert returns.reindex(tables.episodes["episode_id"]).to_numpy() == pytest.approx(
-        tables.episodes["env_return"].to_numpy()
-    )
+    assert (tables.steps["temperature"] == 1.0).all()  # what the runs were sampled at (scripts/verifiers)
+    # the return is verifiers' reward, always; it arrives at the last step unless the environment set
+    # step rewards itself (0.3.1's step_rewards env: test_preset_step_rewards_and_node_advantages_are_kept)
+    assert sorted(tables.episodes["env_return"]) == pytest.approx(expected_rewards(version, case))
     if not (version == "v03" and case == "step_rewards"):
-        assert sorted(tables.episodes["env_return"]) == pytest.approx(expected_rewards(version, case))
+        returns = tables.steps.groupby("episode_id")["step_reward"].sum()
+        assert returns.reindex(tables.episodes["episode_id"]).to_numpy() == pytest.approx(
+            tables.episodes["env_return"].to_numpy()
+        )
         assert (tables.steps.loc[~tables.steps["done"], "step_reward"] == 0).all()
 
 
-@pytest.mark.parametrize("case", ["single_turn", "tool_calls"])
+@pytest.mark.parametrize("case", CASES)
 def test_grpo_without_std_gives_verifiers_own_step_advantages_on_every_token(case):
     tables = source_tables(read_source(DATA / "v03" / case), "real", 1)
     scores = RUBRICS["env"].score(tables.episodes, tables.steps)
@@ -118,10 +119,12 @@ def test_preset_step_rewards_and_node_advantages_are_kept():
     for n, line in enumerate(lines, start=1):
         last = len(line["trajectory"]) - 1
         for t, step in enumerate(line["trajectory"]):
-            preset = step["reward"] if step["reward"] != line["reward"] else 0.0
-            assert steps.at[f"{n}:{t}", "step_reward"] == pytest.approx(
-                preset + (line["reward"] if t == last else 0.0)
-            )
+            # the environment's own step reward where it set one (≠ verifiers' fill, R), else R at the
+            # last step; never added into the return
+            filled = line["reward"] if t == last else 0.0
+            expected = step["reward"] if step["reward"] != line["reward"] else filled
+            assert steps.at[f"{n}:{t}", "step_reward"] == pytest.approx(expected)
+    assert sorted(classic.episodes["env_return"]) == pytest.approx(sorted(line["reward"] for line in lines))
 
     v1 = source_tables(read_source(DATA / "v04" / "step_rewards"), "real", 1)
     scores = RUBRICS["env"].score(v1.episodes, v1.steps)
