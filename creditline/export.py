@@ -26,6 +26,7 @@ import pandas as pd
 from creditline.export_pr941 import pr941_records, rebuilt_messages, source_messages
 from creditline.export_prime_rl import prime_rl_samples, rollout_files
 from creditline.round import join_on_step, with_token_advantages
+from creditline.sampling_settings import round_sampling
 from creditline.verifiers_v1 import fill_advantages
 
 FORMATS = ("pr941", "prime-rl", "verifiers-v1", "prime-rl-rollouts")
@@ -49,7 +50,7 @@ def export_lines(
 ) -> Iterator[str]:
     """The JSON lines of `format_` for one round (see the module doc): `pr941` in (task, sample) order,
     `prime-rl` by episode id, then chain; `verifiers-v1` in the order of `source`, the round's staged
-    `traces.jsonl`. `source` / `source_format`: an imported round's staged file and its format ("classic"
+    `traces.jsonl`. `temperature`: the experiment's `[rollouts]` one, used where the steps record none. `source` / `source_format`: an imported round's staged file and its format ("classic"
     results.jsonl or "v1" traces.jsonl), None for a round played here; `env_name`: the experiment's
     environment (prime-rl's `env_name`); `system`: the system message of a chat round played here."""
     if format_ == "verifiers-v1" and (source is None or source_format != "v1" or "source_ref" not in steps):
@@ -68,8 +69,10 @@ def export_lines(
         provenance = {r["episode_id"]: _source(experiment, round_, r)
                       for r in rows.drop_duplicates("episode_id").to_dict("records")}  # fmt: skip
         records = pr941_records(experiment, round_, rows, messages, provenance)
-    elif format_ == "prime-rl":
-        records = prime_rl_samples(rows, temperature, env_name)
+    elif (
+        format_ == "prime-rl"
+    ):  # the temperature the round was sampled (and trained) at, where it recorded one
+        records = prime_rl_samples(rows, round_sampling(steps, temperature, 1.0)[0], env_name)
     else:
         raise ValueError(f"unknown export format {format_!r}; choose one of {', '.join(FORMATS)}")
     for record in records:

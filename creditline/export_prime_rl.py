@@ -10,7 +10,7 @@ T the sample's length, prompt + completions + the environment's tokens between t
     token_ids     (T,) int     the prompt, then each completion and the reply tokens after it
     mask          (T,) bool    true on sampled (completion) tokens only
     logprobs      (T,) float   sampling logprobs on sampled tokens, 0.0 elsewhere
-    temperatures  (T,) float   the round's sampling temperature on every token
+    temperatures  (T,) float   the temperature the round was sampled at (recorded per row), on every token
     env_name      str          the experiment's environment
     ref_logprobs … ref_kl_weights   null (positions 6-12 of the struct; none of them is ours to give)
     advantages    (T,) float   the round's per-token advantages on sampled tokens, 0.0 elsewhere
