@@ -76,17 +76,21 @@ servers:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 
-# The suite; beside it, niced (the suite leaves most of a second core idle, and keeps its own pace), the vLLM
-# venv is built and the tests that run the real vLLM engine in it (tests/vllm_engine/) run; their report
-# follows the suite's. Either failing fails.
+# The suite runs as two pytest processes side by side (most of it drives one CLI process at a time and
+# leaves the second core idle): the fault tests (tests/faults/, which start their own CLI processes) and the
+# rest. Beside them, niced, the vLLM venv is built and the tests that run the real vLLM engine in it
+# (tests/vllm_engine/) run. The reports of both follow the rest's. Any of the three failing fails.
 test: servers
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
 	@( $(MAKE) --no-print-directory .venv-vllm/.installed && nice -n 15 .venv-vllm/bin/python -m pytest -q \
 		--durations=5 -p no:cacheprovider tests/vllm_engine ) > .pytest-vllm.log 2>&1 & vllm=$$!; \
-	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=10; suite=$$?; \
-	wait $$vllm; engine=$$?; \
+	$(BIN)/python -m pytest -q --durations=5 -p no:cacheprovider tests/faults > .pytest-faults.log 2>&1 & \
+		faults=$$!; \
+	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=10 --ignore=tests/faults; suite=$$?; \
+	wait $$faults; fault=$$?; wait $$vllm; engine=$$?; \
+	echo "== tests/faults (the fault matrices), beside the suite:"; cat .pytest-faults.log; \
 	echo "== .venv-vllm and tests/vllm_engine (the real vLLM engine), beside the suite:"; cat .pytest-vllm.log; \
-	exit $$(( suite || engine ))
+	exit $$(( suite || fault || engine ))
 
 ui: install
 	$(BIN)/python -c "from pipelines.instance import get_instance; get_instance('$(DATA_ROOT)').dispose()"
