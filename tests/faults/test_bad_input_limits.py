@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -32,31 +31,11 @@ from creditline.config import load_config, read_registered, registration
 from creditline.config_checks import MAX_ENV_STEPS, MAX_EPISODES_PER_ROUND, MAX_STEP_ROWS
 from creditline.store import ArtifactRecord, LineageStore, write_parquet_atomic
 from pipelines.cli import main
+from tests.faults.in_process import Outcome, cli
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = "stored-exp"
 CATALOG = "lineage.duckdb"
-
-
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def lines(self) -> list[str]:
-        return self.err.splitlines()
-
-
-def cli(capsys, *argv: str) -> Outcome:
-    capsys.readouterr()
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse, or code that called sys.exit inside the CLI
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return Outcome(code, captured.out, captured.err)
 
 
 def assert_one_error_line(outcome: Outcome, *needles: str) -> None:

@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 from creditline.config import ExperimentConfig
 from creditline.store import ArtifactRecord, LineageStore, write_parquet_atomic
 from pipelines.cli import main
+from tests.faults.in_process import Outcome, cli
 
 STORED = "stored-exp"
 """The experiment already registered in the template data root (never the one a case names)."""
@@ -49,17 +50,6 @@ CATALOG = "lineage.duckdb"
 
 
 # --- one call of the CLI, and what it must leave ----------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def lines(self) -> list[str]:
-        return self.err.splitlines()
 
 
 @dataclass
@@ -85,17 +75,6 @@ HYPOTHESIS_CELL = "`advantages` on a steps table with one corrupted cell"
 
 def tally(test: str, code: int, seconds: float) -> None:
     HYPOTHESIS.setdefault(test, {}).setdefault(code, []).append(seconds)
-
-
-def cli(capsys, *argv: str) -> Outcome:
-    """`creditline ARGV` in this process; an argparse exit counts as its exit code."""
-    capsys.readouterr()
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse: `usage: ...` then exit 2
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return Outcome(code, captured.out, captured.err)
 
 
 def is_clean_rejection(outcome: Outcome) -> bool:
