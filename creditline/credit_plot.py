@@ -56,11 +56,15 @@ def credit_table(
     """The chosen episodes' steps with `advantage` (the round's), `grpo` (GRPO's over their whole groups),
     `completion_advantages` (per token), `action` and the episode's `env_return`, in play order."""
     groups = steps.loc[steps["episode_id"].isin(chosen), "group_id"].unique()
-    in_groups = steps[steps["group_id"].isin(groups)].drop(columns="preset_advantage", errors="ignore")
+    presets = ["preset_advantage", "preset_completion_advantages"]
+    in_groups = steps[steps["group_id"].isin(groups)].drop(columns=presets, errors="ignore")
     grpo = step_advantages(
         in_groups, scores, GRPO
     )  # GRPO's own, not an imported round's preset advantages[["episode_id", "step_idx", "advantage"]]
-    rows = steps[steps["episode_id"].isin(chosen)][["episode_id", "step_idx", "action", "completion_ids"]]
+    kept = [c for c in ["preset_completion_advantages"] if c in steps]  # the source's per-token credit
+    rows = steps[steps["episode_id"].isin(chosen)][
+        ["episode_id", "step_idx", "action", "completion_ids", *kept]
+    ]
     rows = rows.merge(episodes[["episode_id", "env_return"]], on="episode_id")
     rows = rows.merge(advantages[["episode_id", "step_idx", "advantage"]], on=["episode_id", "step_idx"])
     rows = rows.merge(grpo.rename(columns={"advantage": "grpo"}), on=["episode_id", "step_idx"])

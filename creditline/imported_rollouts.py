@@ -18,6 +18,9 @@ that were saved (never re-tokenised). `rollout_tables` turns them into the table
   (`rubrics.env_reward`), not from Σ step_reward;
 - `preset_advantage`: an advantage the source assigned to the step (NaN where it assigned none); the
   `preset` estimator keeps it and fills the rest (verifiers' fill-if-None);
+- `preset_completion_advantages`: the per-token advantages the source assigned (one per completion token,
+  `[]` where it assigned none); such a step's `completion_advantages` are exactly these values, and its
+  `preset_advantage` (so its scalar `advantage`) is their mean (`round.with_token_advantages`);
 - `anchor_key`: the hash of the tokens the step added to the context before sampling (the environment's
   reply, or the whole first prompt), so GiGPO's anchor groups compare steps that saw the same reply;
 - `source_components`: the reward's named components and metrics as JSON, scored as
@@ -68,11 +71,16 @@ class ImportedStep:
     truncated: bool
     preset_reward: float | None
     preset_advantage: float | None
+    """The scalar advantage the source assigned (the mean of `preset_completion_advantages` where it
+    assigned per-token ones); None where it assigned none."""
     source_ref: str
     temperature: float | None = None
     """The sampling settings the call was made with, where the source saved them (None: not saved)."""
     top_p: float | None = None
     top_k: float | None = None
+    preset_completion_advantages: list[float] | None = None
+    """Per-token advantages the source assigned, one per completion token (verifiers v1 node
+    `advantages`, which may vary per token); None where it assigned none."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ def rollout_tables(rollouts: Sequence[ImportedRollout], experiment: str, round_:
                     "valid_action": True, "done": t == last, "truncated": step.truncated,
                     "finish_reason": "length" if step.truncated else "stop",
                     "preset_advantage": math.nan if step.preset_advantage is None else step.preset_advantage,
+                    "preset_completion_advantages": list(step.preset_completion_advantages or []),
                     "source_ref": step.source_ref, **_sampling(step),
                 })  # fmt: skip
             episode_rows.append({

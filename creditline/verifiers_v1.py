@@ -14,7 +14,9 @@ trace's reward is
 
 Import: one rollout per trace, one step per sampled node in call order. The group is the episode's
 `group.id` if a consumer set one, else `task.key` (eval runs: rollouts of one task share it). A node's
-`advantages` must be one value repeated (a step-level advantage); it becomes the step's preset.
+`advantages` (one per sampled token; they may vary per token, verifiers #2245) are kept per token as the
+step's preset `completion_advantages` (`ImportedStep.preset_completion_advantages`); the step's scalar
+preset (`preset_advantage`, the `advantage` column) is their mean (the value itself where all are equal).
 Episodes with several traces (several agents) are refused: their credit is per agent, not yet modelled.
 
 Export (`fill_advantages`): each imported step's per-token advantages go onto its node; nodes without a
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -143,13 +146,13 @@ def _step(
     logprobs = float_list(node.get("logprobs"), where, f"{field}.logprobs")
     if len(logprobs) != sampled:
         raise SourceError(where, f"{field}.logprobs", f"{len(logprobs)} values for {sampled} sampled tokens")
-    preset = None
+    preset, per_token = None, None
     if node.get("advantages") is not None:
-        advantages = float_list(node["advantages"], where, f"{field}.advantages")
-        if len(advantages) != sampled or len(set(advantages)) > 1:
-            raise SourceError(where, f"{field}.advantages", f"expected one value repeated over the {sampled} "
-                              "sampled tokens (a step-level advantage)")  # fmt: skip
-        preset = advantages[0]
+        per_token = float_list(node["advantages"], where, f"{field}.advantages")
+        if len(per_token) != sampled:
+            raise SourceError(where, f"{field}.advantages", f"{len(per_token)} values for {sampled} sampled "
+                              "tokens (one per sampled token, the layout of logprobs)")  # fmt: skip
+        preset = per_token[0] if len(set(per_token)) == 1 else math.fsum(per_token) / sampled
     path = _path(nodes, index, where)
     context = [
         t
@@ -170,6 +173,7 @@ def _step(
         prompt_ids=prompt_ids, new_prompt_ids=new_ids,
         completion_ids=token_ids[len(token_ids) - sampled :], completion_logprobs=logprobs,
         truncated=truncated, preset_reward=None, preset_advantage=preset, source_ref=f"{line}:{index}",
+        preset_completion_advantages=per_token,
     )  # fmt: skip
 
 

@@ -77,7 +77,11 @@ class StepsTable(pa.DataFrameModel):
     """Why the completion ended: "stop" (EOS) or "length" (cut at max_new_tokens). Absent in rounds
     written before it was recorded."""
     preset_advantage: Series[float] | None = pa.Field(nullable=True)
-    """Imported rounds only: the advantage the source assigned to the step; NaN where it assigned none."""
+    """Imported rounds only: the advantage the source assigned to the step; NaN where it assigned none. The
+    mean of `preset_completion_advantages` where the source assigned per-token ones."""
+    preset_completion_advantages: Series[object] | None
+    """Imported rounds only: the per-token advantages the source assigned (verifiers v1 node `advantages`),
+    one per completion token; [] where it assigned none. They are the step's `completion_advantages`."""
     source_ref: Series[str] | None
     """Imported rounds only: where the step came from in the source file ("<line>:<step or node>")."""
     temperature: Series[float] | None = pa.Field(nullable=True, gt=0)
@@ -115,6 +119,22 @@ class StepsTable(pa.DataFrameModel):
     @pa.dataframe_check(error="branch_of_episode and branch_of_step must be null together")
     def branch_link(cls, df: pd.DataFrame) -> pd.Series:
         return _branch_link_complete(df)
+
+    @pa.dataframe_check(
+        error="preset_completion_advantages must be [] or one finite value per completion token, "
+        "with preset_advantage their mean"
+    )
+    def preset_tokens_align(cls, df: pd.DataFrame) -> pd.Series:
+        if "preset_completion_advantages" not in df:
+            return pd.Series(True, index=df.index)
+        presets = df["preset_completion_advantages"]
+        scalar = df["preset_advantage"] if "preset_advantage" in df else pd.Series(np.nan, index=df.index)
+        ok = [
+            len(p) == 0
+            or (len(p) == len(ids) and np.isfinite(p).all() and np.isclose(np.mean(p), s, rtol=0, atol=1e-9))
+            for p, ids, s in zip(presets, df["completion_ids"], scalar, strict=True)
+        ]
+        return pd.Series(ok, index=df.index)
 
     @pa.check("step_reward", error="step_reward must be finite")
     def finite_reward(cls, values: Series[float]) -> Series[bool]:

@@ -23,7 +23,7 @@ from creditline.config import AdvantageSettings
 from creditline.export import export_lines
 from creditline.ids import anchor_key
 from creditline.imported_rollouts import SourceError
-from creditline.round import step_advantages
+from creditline.round import step_advantages, training_rows
 from creditline.rubrics import RUBRICS
 from creditline.sampling_settings import round_sampling, sampling_problem
 from creditline.verifiers_import import read_source, source_tables
@@ -149,6 +149,39 @@ def test_v1_node_advantages_become_presets_and_fill_writes_them_back(tmp_path):
         fill_advantages(folder / "traces.jsonl", {"9:2": [1.0]})
 
 
+def test_v1_node_advantages_that_vary_per_token_are_kept_per_token_and_exported_unchanged(tmp_path):
+    varying = [0.1, -0.37]  # node 2 of line 1: one value per sampled token, not one repeated
+    folder = v1_run(tmp_path / "in", advantages={"t1": [varying, None], "t2": [[0.25], [0.5, 0.5]]})
+    t = tables(folder)
+    steps = validate(SCHEMAS["steps"], t.steps, "steps")
+    scores = RUBRICS["env"].score(t.episodes, t.steps)
+    advantages = validate(
+        SCHEMAS["advantages"], step_advantages(steps, scores, AdvantageSettings("grpo", {})), "advantages"
+    )
+    rows = training_rows(steps, advantages).set_index("source_ref")
+    assert rows.loc["1:2", "completion_advantages"] == varying  # exactly the source's values, per token
+    assert rows.loc["1:2", "advantage"] == pytest.approx((0.1 - 0.37) / 2)  # the scalar: their mean
+    assert rows.loc["2:2", "completion_advantages"] == [0.25]  # constant presets work as before
+    assert rows.loc["2:4", "completion_advantages"] == [0.5, 0.5] and rows.loc["2:4", "advantage"] == 0.5
+    grpo = rows.loc["1:4", "advantage"]  # unassigned: the estimator's, repeated over the tokens
+    assert rows.loc["1:4", "completion_advantages"] == [grpo]
+    bad = steps.assign(preset_completion_advantages=[[1.0]] + list(steps["preset_completion_advantages"][1:]))
+    with pytest.raises(Exception, match="preset_completion_advantages"):
+        validate(SCHEMAS["steps"], bad, "steps")
+
+    exported = list(export_lines("verifiers-v1", "x", 3, steps, scores, advantages,
+                                 source=folder / "traces.jsonl"))  # fmt: skip
+    assert json.loads(exported[0])["traces"][0]["nodes"][2]["advantages"] == varying
+    again = tables(write_lines(tmp_path / "out" / "traces.jsonl", [json.loads(x) for x in exported]).parent)
+    again_rows = training_rows(
+        again.steps,
+        step_advantages(
+            again.steps, RUBRICS["env"].score(again.episodes, again.steps), AdvantageSettings("grpo", {})
+        ),  # fmt: skip
+    ).set_index("source_ref")
+    assert again_rows["completion_advantages"].to_dict() == rows["completion_advantages"].to_dict()
+
+
 def test_verifiers_v1_export_refuses_a_round_that_was_not_imported(tmp_path):
     t = tables(classic_run(tmp_path))
     with pytest.raises(ValueError, match="not imported from verifiers v1"):
@@ -182,7 +215,7 @@ def _bad_v1(tmp_path, mutate, n=0):
         (
             lambda e: e["traces"][0]["nodes"][2].update(advantages=[1.0, 2.0]),
             "traces[0].nodes[2].advantages",
-            "one value repeated",
+            "2 values for 1 sampled tokens",
         ),
         (
             lambda e: e["traces"][0]["rewards"]["correct"].update(score="1"),
