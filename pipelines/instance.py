@@ -76,6 +76,10 @@ def dagster_home(data_root: str | Path, deployment: Deployment | None = None) ->
     return home
 
 
+SHARED_STORAGES = ("history/runs.db", "history/runs/index.db", "schedules/schedules.db")
+"""The sqlite storages every process opens (and the first one creates): the ones a race can stamp twice."""
+
+
 class InstanceDamagedError(RuntimeError):
     """A storage of the Dagster instance carries several schema stamps that no repair can settle."""
 
@@ -100,7 +104,9 @@ def repair_schema_stamps(home: Path) -> list[str]:
     import sqlite3
 
     lines = []
-    for path in sorted(home.rglob("*.db")):
+    for path in (home / name for name in SHARED_STORAGES):  # not the per-run event logs: one writer made each
+        if not path.exists():
+            continue
         with contextlib.closing(sqlite3.connect(path)) as con:
             try:
                 stamps = sorted(row[0] for row in con.execute("SELECT version_num FROM alembic_version"))

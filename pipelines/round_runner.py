@@ -178,7 +178,7 @@ def _watch_slot_waits(
             announced = _announce_holders(pool_holders(instance), announced)
             if interrupts.drain() and not stop.is_set():
                 signal.pthread_kill(main_thread, signal.SIGUSR1)
-                return
+                break
         except Exception:  # noqa: BLE001 - the next poll tries again; the run itself is not affected
             continue
     if instance is not None:

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def _restore_sigterm():
+    """`main()` (called in-process by the bad-input tests) installs a SIGTERM handler; put the previous one back."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
 
 _KILL_ROWS: list[tuple[str, str, int, int, str]] = []
 

@@ -47,13 +47,6 @@ def assert_one_error_line(outcome: Outcome, *needles: str) -> None:
         assert needle in outcome.err, f"{needle!r} not named\n{shown}"
 
 
-@pytest.fixture(autouse=True)
-def _restore_sigterm():
-    previous = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, previous)
-
-
 @pytest.fixture
 def empty_root(tmp_path, monkeypatch) -> Path:
     """A data root that does not exist yet: a refused command must leave it so (no catalog)."""

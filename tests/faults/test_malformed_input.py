@@ -136,14 +136,6 @@ def assert_rejected(outcome: Outcome, needles: list[str], n_lines: int = 1) -> N
 # --- fixtures ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def _restore_sigterm():
-    """main() installs a SIGTERM handler; put the previous one back after each test."""
-    previous = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, previous)
-
-
 class RoundStarted(RuntimeError):
     """Raised instead of executing a round: a case whose input was accepted must not run for minutes."""
 
