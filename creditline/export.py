@@ -23,7 +23,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from creditline.export_pr941 import pr941_records, rebuilt_messages, source_messages
+from creditline.export_pr941 import (
+    played_rollout_fields,
+    pr941_records,
+    rebuilt_messages,
+    source_messages,
+    source_rollout_fields,
+)
 from creditline.export_prime_rl import prime_rl_samples, rollout_files
 from creditline.round import join_on_step, with_token_advantages
 from creditline.sampling_settings import round_sampling
@@ -68,7 +74,10 @@ def export_lines(
         )
         provenance = {r["episode_id"]: _source(experiment, round_, r)
                       for r in rows.drop_duplicates("episode_id").to_dict("records")}  # fmt: skip
-        records = pr941_records(experiment, round_, rows, messages, provenance)
+        fields = (
+            source_rollout_fields(rows, source, source_format) if imported else played_rollout_fields(rows)
+        )
+        records = pr941_records(experiment, round_, rows, messages, provenance, fields)
     elif (
         format_ == "prime-rl"
     ):  # the temperature the round was sampled (and trained) at, where it recorded one

@@ -8,10 +8,15 @@ the same thing for step-level estimators). Everything else is what verifiers 0.3
 prime-rl's classic converter (`interleave_rollout`, which reads `output["error"]`) read the lines:
 
 - rollout: `example_id` (task id), `task` (experiment), `prompt` (the first step's prompt), `completion`
-  (every message after it), `answer` "", `info` (provenance), `reward` R, `error` null, `timing` (zeros:
-  not measured), `is_completed`, `is_truncated` (any model call cut at the length limit, verifiers'
-  meaning; an environment's step limit is not truncation there), `stop_condition` null, `metrics` (the
-  rubric's criteria on the last step), `trajectory`, `use_verifiers_advantages` true;
+  (every message after it), `answer`, `info` (provenance), `reward` R, `error`, `timing`, `is_completed`,
+  `is_truncated` (any model call cut at the length limit, verifiers' meaning; an environment's step limit
+  is not truncation there), `stop_condition`, `metrics` (the rubric's criteria on the last step), each
+  metric again as a top-level key (`state_to_output` flattens them), `tool_defs`, `token_usage`,
+  `trajectory`, `use_verifiers_advantages` true. `answer`, `error`, `timing`, `stop_condition`,
+  `tool_defs` and `token_usage` are the source's own for an imported round (`source_rollout_fields`; a v1
+  trace's are put in 0.3.x's shapes) and derived from the steps for a round played here
+  (`played_rollout_fields`: the stop condition from how the last step ended, token counts summed over the
+  calls, `timing` zeros because episodes are played in batches and not timed one by one);
 - step: `prompt` (all messages sent, cumulative as verifiers keeps it), `completion` (one assistant
   message: `content`, `tool_calls` `[{id, name, arguments}]`), `response` (verifiers' `Response`, the
   assistant message with `finish_reason`, `is_truncated` and `tokens`), `tokens` (`prompt_ids`,
@@ -46,10 +51,17 @@ TIMING = {"start_time": 0.0, **{k: {"start": 0.0, "end": 0.0, "duration": 0.0} f
 """verifiers' `RolloutTiming` with nothing measured."""
 
 
+STOP_CONDITIONS = {"done": "is_done", "step_limit": "max_turns_reached", "context_limit": "prompt_too_long"}
+"""How an episode played here ended → the name of verifiers' stop condition that means it (`@vf.stop`
+methods: `GymEnv.is_done`, `MultiTurnEnv.max_turns_reached`, `MultiTurnEnv.prompt_too_long`)."""
+
+
 def pr941_records(experiment: str, round_: int, rows: pd.DataFrame, messages: list[tuple[list, list]],
-                  source: dict) -> Iterator[dict]:  # fmt: skip
+                  source: dict, rollout_fields: dict[str, dict]) -> Iterator[dict]:  # fmt: skip
     """One `RolloutOutput` per episode of `rows` (steps in play order); `messages[i]` = (prompt,
-    completion) of row i; `source[episode_id]` = the provenance put in `info`."""
+    completion) of row i; `source[episode_id]` = the provenance put in `info`; `rollout_fields[episode_id]`
+    = its `answer`, `error`, `timing`, `stop_condition`, `tool_defs` and `token_usage`
+    (`source_rollout_fields` or `played_rollout_fields`)."""
     rows = rows.assign(_messages=messages)
     criteria = [c for c in rows.columns if c.startswith("criterion.")]
     for episode_id, episode in rows.groupby("episode_id", sort=False):
@@ -57,23 +69,115 @@ def pr941_records(experiment: str, round_: int, rows: pd.DataFrame, messages: li
         trajectory = [_step(turn, experiment) for turn in turns]
         metrics = {c.removeprefix("criterion.").removeprefix("source."): float(turns[-1][c])
                    for c in criteria if pd.notna(turns[-1][c])}  # fmt: skip
-        yield {
+        fields = rollout_fields[episode_id]
+        output = {
             "example_id": int(turns[0]["task_id"]),
             "task": experiment,
             "prompt": trajectory[0]["prompt"],
             "completion": _completion(trajectory),
-            "answer": "",
+            "answer": fields["answer"],
             "info": source[episode_id],
             "reward": float(turns[0]["episode_reward"]),
-            "error": None,
-            "timing": TIMING,
+            "error": fields["error"],
+            "timing": fields["timing"],
             "is_completed": True,
             "is_truncated": any(step["is_truncated"] for step in trajectory),
-            "stop_condition": None,
+            "stop_condition": fields["stop_condition"],
             "metrics": metrics,
-            "trajectory": trajectory,
-            "use_verifiers_advantages": True,
+            "tool_defs": fields["tool_defs"],
+            "token_usage": fields["token_usage"],
         }
+        # verifiers flattens the metrics to top-level keys too (never over a field of its own)
+        output.update({k: v for k, v in metrics.items() if k not in output})
+        yield {**output, "trajectory": trajectory, "use_verifiers_advantages": True}
+
+
+def played_rollout_fields(rows: pd.DataFrame) -> dict[str, dict]:
+    """episode_id → the rollout-level fields of an episode played here (see the module doc); `rows` in
+    play order."""
+    out = {}
+    for episode_id, episode in rows.groupby("episode_id", sort=False):
+        last = episode.iloc[-1]
+        ended = "done" if last["done"] else "step_limit" if last["truncated"] else "context_limit"
+        prompts = [len(ids) for ids in episode["prompt_ids"]]
+        completions = [len(ids) for ids in episode["completion_ids"]]
+        out[episode_id] = {"answer": "", "error": None, "timing": TIMING, "stop_condition": STOP_CONDITIONS[ended],
+                           "tool_defs": [], "token_usage": _token_usage(prompts, completions)}  # fmt: skip
+    return out
+
+
+def _token_usage(prompts: list[int], completions: list[int]) -> dict[str, float]:
+    """verifiers' `token_usage` from each call's prompt and completion lengths: totals over the calls, and
+    its context metrics (`compute_context_token_metrics`: the model's tokens in the last context, and the
+    rest of that context)."""
+    generated = sum(completions)
+    return {"input_tokens": float(sum(prompts)), "output_tokens": float(generated),
+            "final_output_tokens": float(generated),
+            "final_input_tokens": float(prompts[-1] + completions[-1] - generated)}  # fmt: skip
+
+
+def source_rollout_fields(rows: pd.DataFrame, path: Path, format_: str) -> dict[str, dict]:
+    """episode_id → the rollout-level fields verifiers saved for an imported episode (classic: its
+    `results.jsonl` line's own; v1: its trace's, in 0.3.x's shapes), found by the rows' `source_ref`."""
+    lines = dict(read_json_lines(path))
+    out = {}
+    for episode_id, ref in rows.drop_duplicates("episode_id")[["episode_id", "source_ref"]].itertuples(
+        index=False
+    ):
+        line = lines[int(ref.split(":")[0])]
+        if format_ == "classic":
+            out[episode_id] = {"answer": line.get("answer", ""), "error": line.get("error"),
+                               "timing": line.get("timing", TIMING), "stop_condition": line.get("stop_condition"),
+                               "tool_defs": line.get("tool_defs") or [],
+                               "token_usage": line.get("token_usage")}  # fmt: skip
+        else:
+            out[episode_id] = _v1_rollout_fields(line["traces"][0])
+    return out
+
+
+def _v1_rollout_fields(trace: dict) -> dict:
+    """A verifiers v1 trace's rollout-level fields in verifiers 0.3.x's shapes."""
+    calls = trace.get("calls") or []
+    usage = [call.get("usage") or {} for call in calls]
+    errors = trace.get("errors") or []
+    error = None
+    if errors:
+        text = json.dumps(errors[0]) if not isinstance(errors[0], str) else errors[0]
+        error = {"error": text, "error_chain_repr": text, "error_chain_str": text}
+    return {
+        "answer": str(((trace.get("task") or {}).get("data") or {}).get("answer") or ""),
+        "error": error,
+        "timing": _v1_timing(trace.get("timing") or {}, [call.get("time") or {} for call in calls]),
+        "stop_condition": trace.get("stop_condition"),
+        "tool_defs": [{k: v for k, v in tool.items() if k != "type"} for tool in trace.get("tools") or []],
+        "token_usage": {
+            "input_tokens": float(sum(u.get("prompt_tokens", 0) for u in usage)),
+            "output_tokens": float(sum(u.get("completion_tokens", 0) for u in usage)),
+            "final_output_tokens": float(trace.get("num_output_tokens") or 0),
+            "final_input_tokens": float(trace.get("num_input_tokens") or 0),
+        },
+    }
+
+
+def _v1_timing(timing: dict, call_times: list[dict]) -> dict:
+    """A v1 trace's `timing` as 0.3.x's `RolloutTiming`: setup, generation (v1's agent phase) and scoring
+    spans; the model calls' spans; the harness time as the environment's."""
+
+    def span(name: str) -> dict:
+        part = timing.get(name) or {}
+        start, end = float(part.get("start") or 0.0), float(part.get("end") or 0.0)
+        return {"start": start, "end": end, "duration": end - start}
+
+    model = [{"start": float(t.get("start") or 0.0), "end": float(t.get("end") or 0.0)} for t in call_times]
+    model = [{**s, "duration": s["end"] - s["start"]} for s in model]
+    env = float((((timing.get("agent") or {}).get("harness")) or {}).get("duration") or 0.0)
+    start = float(timing.get("start") or 0.0)
+    scoring = span("scoring")
+    total = max(scoring["end"] - start, 0.0)
+    model_time = sum(s["duration"] for s in model)
+    return {"start_time": start, "setup": span("setup"), "generation": span("agent"), "scoring": scoring,
+            "model": {"spans": model, "duration": model_time}, "env": {"spans": [], "duration": env},
+            "total": total, "overhead": max(total - model_time - env - scoring["duration"], 0.0)}  # fmt: skip
 
 
 def _step(turn: dict, experiment: str) -> dict:

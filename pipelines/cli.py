@@ -567,7 +567,6 @@ def cmd_import(args) -> int:
     from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint
     from creditline.sampling_settings import sampling_problem
     from creditline.store.leases import hold_lease
-    from creditline.store.rounds import round_commits
     from creditline.verifiers_import import read_source, record_source, source_tables, token_id_problem
     from pipelines.instance import get_instance
     from pipelines.rubric_partitions import sync_rubric_partitions
@@ -590,30 +589,23 @@ def cmd_import(args) -> int:
     if problem := token_id_problem(source, vocab):
         raise UsageError(problem)
     store = _store(args.data_root)
-    instance = get_instance(args.data_root)
     lineage = deployed_resources(args.data_root)["lineage"]
+    in_use = is_postgres(store.path) or Path(store.path).exists()
+    if (
+        in_use and store.experiment_config(config.name) is not None
+    ):  # a refusal here leaves the root as it was
+        _import_target(store, config, source)
+    instance = get_instance(args.data_root)
     with hold_lease(store, config.name):
         reclaim_dead(instance, args.data_root, store)
         refuse_if_in_flight(instance, config.name)
+        round_, staged = _import_target(store, config, source)  # again, under the lease
         store.register_experiment(config.name, registration(config, store.experiment_config(config.name)))
         sync_rubric_partitions(instance, store)
-        committed = round_commits(store, config.name)
-        round_ = next(r for r in range(1, len(committed) + 2) if r not in committed)
-        if round_ > config.rounds:
-            raise UsageError(f"experiment {config.name!r} has run all {config.rounds} rounds of its config; "
-                             "raise `rounds` in its --config to import another")  # fmt: skip
-        staged = store.artifact(config.name, round_, "source")
-        started = store.artifact(config.name, round_, "steps")
-        if started is not None and staged is None:
-            raise UsageError(f"round {round_} of {config.name!r} has generated rollouts already; "
-                             "finish it with `creditline run` first")  # fmt: skip
         ensure_initial_policy(store, config, lineage.checkpoint_dir(config.name, 0))
         parent_checkpoint(store, config.name, round_)  # the parent is there, unchanged
-        folder = lineage.round_dir(config.name, round_) / "source"
         if staged is None or staged.meta.get("files") != source.describe()["files"]:
-            if staged is not None and store.artifact(config.name, round_, "episodes") is not None:
-                raise UsageError(f"round {round_} of {config.name!r} was imported from other files "
-                                 f"({staged.meta.get('files', [{}])[0].get('name')}); finish it with `creditline run`")  # fmt: skip
+            folder = lineage.round_dir(config.name, round_) / "source"
             staged = record_source(store, source, folder, config.name, round_)
         print(f"importing {len(source.rollouts)} {source.format} rollouts from {source.rollouts_file} as "
               f"{config.name} round {round_} (source {staged.content_hash[:12]})", flush=True)  # fmt: skip
@@ -621,6 +613,34 @@ def cmd_import(args) -> int:
     if not failed:
         _print_report(store.evaluations(config.name))
     return failed
+
+
+def _import_target(store: LineageStore, config, source):
+    """The round an import of `source` makes (the first one not committed) and its staged source record,
+    if any; a `UsageError` where it cannot: a config other than the registered one, every round run, or a
+    round that began from other rollouts. Reads only."""
+    from creditline.config import read_registered
+    from creditline.store import ExperimentConfigMismatch
+    from creditline.store.files import config_hash
+    from creditline.store.rounds import round_commits
+
+    registered = store.experiment_config(config.name)
+    if registered is not None and read_registered(registered) != config:  # as `register_experiment` would
+        raise ExperimentConfigMismatch(config.name, config_hash(registered), config_hash(config.to_dict()))
+    committed = round_commits(store, config.name)
+    round_ = next(r for r in range(1, len(committed) + 2) if r not in committed)
+    if round_ > config.rounds:
+        raise UsageError(f"experiment {config.name!r} has run all {config.rounds} rounds of its config; "
+                         "raise `rounds` in its --config to import another")  # fmt: skip
+    staged = store.artifact(config.name, round_, "source")
+    if staged is None and store.artifact(config.name, round_, "steps") is not None:
+        raise UsageError(f"round {round_} of {config.name!r} has generated rollouts already; "
+                         "finish it with `creditline run` first")  # fmt: skip
+    if (staged is not None and staged.meta.get("files") != source.describe()["files"]
+            and store.artifact(config.name, round_, "episodes") is not None):  # fmt: skip
+        raise UsageError(f"round {round_} of {config.name!r} was imported from other files "
+                         f"({staged.meta.get('files', [{}])[0].get('name')}); finish it with `creditline run`")  # fmt: skip
+    return round_, staged
 
 
 def cmd_serve(args) -> int:

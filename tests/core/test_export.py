@@ -100,6 +100,22 @@ def test_pr941_is_one_verifiers_rollout_output_per_episode_with_completion_advan
     assert b["reward"] == pytest.approx(-0.1)
 
 
+def test_pr941_rollouts_say_how_they_stopped_count_their_tokens_and_flatten_their_metrics():
+    scores = SCORES.assign(**{"criterion.env.reached": [0.0, 1.0, 0.0, 0.0]})
+    a, b = [json.loads(x) for x in export_lines("pr941", "exp", 1, STEPS, scores, ADVANTAGES)]
+    # a's last step hit the environment's step limit; b's neither ended nor hit it (the context ran out)
+    assert (a["stop_condition"], b["stop_condition"]) == ("max_turns_reached", "prompt_too_long")
+    done = STEPS.assign(done=STEPS.index == 3)
+    (_, b_done) = [json.loads(x) for x in export_lines("pr941", "exp", 1, done, scores, ADVANTAGES)]
+    assert b_done["stop_condition"] == "is_done"
+    # a: prompts of 2 and 6 tokens, completions of 2 and 1; its last context holds 3 generated tokens of 7
+    assert a["token_usage"] == {"input_tokens": 8.0, "output_tokens": 3.0, "final_output_tokens": 3.0,
+                                "final_input_tokens": 4.0}  # fmt: skip
+    assert a["metrics"] == {"env.reached": 1.0} and a["env.reached"] == 1.0  # verifiers' flattened copy
+    assert b["metrics"] == {"env.reached": 0.0} and b["env.reached"] == 0.0
+    assert a["tool_defs"] == [] and a["error"] is None
+
+
 def test_pr941_tool_calls_are_verifiers_tool_calls_not_text():
     steps = STEPS.assign(action=STEPS["action"].where(STEPS.index != 0,
                          'ok<tool_call>{"name": "move", "arguments": {"to": "left"}}</tool_call>'))  # fmt: skip

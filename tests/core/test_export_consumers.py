@@ -102,14 +102,30 @@ def test_pr941_of_an_imported_round_keeps_verifiers_own_messages(tmp_path, versi
     assert tool["role"] == "tool" and tool["tool_call_id"] == second["prompt"][2]["tool_calls"][0]["id"]
     for line in lines:
         assert {step["reward"] for step in line["trajectory"]} == {line["reward"]}  # verifiers' fill
-    if version == "v03":  # the very messages verifiers saved
-        saved = [json.loads(x) for x in source.read_text().splitlines()]
+    saved = [json.loads(x) for x in source.read_text().splitlines()]
+    firsts = steps.drop_duplicates("episode_id")["source_ref"].map(lambda ref: int(ref.split(":")[0]))
+    if version == "v03":  # the very messages verifiers saved, and its rollouts' own fields
         refs = steps["source_ref"].tolist()
         ours = [step for line in lines for step in line["trajectory"]]
         for ref, step in zip(refs, ours, strict=True):
             n, t = map(int, ref.split(":"))
             kept = saved[n - 1]["trajectory"][t]
             assert (step["prompt"], step["completion"]) == (kept["prompt"], kept["completion"])
+        for line, n in zip(lines, firsts, strict=True):
+            kept = saved[n - 1]
+            for key in ("answer", "error", "timing", "stop_condition", "tool_defs", "token_usage"):
+                assert line[key] == kept[key], key
+            assert {k: line[k] for k in line["metrics"]} == line["metrics"]  # flattened, as verifiers does
+    else:  # a v1 trace's fields in 0.3.x's shapes
+        for line, n in zip(lines, firsts, strict=True):
+            trace = saved[n - 1]["traces"][0]
+            assert line["stop_condition"] == trace["stop_condition"] == "agent_completed"
+            assert [t["name"] for t in line["tool_defs"]] == [t["name"] for t in trace["tools"]] == ["add"]
+            calls = trace["calls"]
+            assert line["timing"]["model"]["spans"][0]["start"] == calls[0]["time"]["start"]
+            assert line["timing"]["start_time"] == trace["timing"]["start"] and line["timing"]["total"] > 0
+            assert line["token_usage"]["input_tokens"] == sum(c["usage"]["prompt_tokens"] for c in calls)
+            assert line["token_usage"]["final_input_tokens"] == trace["num_input_tokens"]
 
 
 def test_prime_rl_rollouts_are_read_by_verifiers_040(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 from verifiers_files import classic_line, classic_run, v1_run, write_lines
@@ -112,23 +113,35 @@ def tree(root) -> dict[str, str]:
 
 def test_a_refused_import_writes_nothing_and_the_corrected_retry_is_imported(tmp_path):
     data = tmp_path / "data"
+    one_round = tmp_path / "one_round.toml"  # the tiny experiment, run for one round only
+    one_round.write_text(Path(CONFIG).read_text().replace("rounds = 2", "rounds = 1"))
     good = [classic_line(0, "a", 1.0, [[7, 8]]), classic_line(0, "b", 0.0, [[8]])]
     foreign = write_lines(
         tmp_path / "big" / "results.jsonl", [classic_line(0, "a", 1.0, [[7, 99999]]), good[1]]
     )
-    refused = creditline(data, "import", "verifiers", str(foreign), "--experiment", "e", "--config", CONFIG)
+    refused = creditline(
+        data, "import", "verifiers", str(foreign), "--experiment", "e", "--config", one_round
+    )
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert not data.exists()
-    retry = creditline(data, "import", "verifiers", str(write_lines(tmp_path / "ok" / "results.jsonl", good)),
-                       "--experiment", "e", "--config", CONFIG)  # fmt: skip
+    ok = write_lines(tmp_path / "ok" / "results.jsonl", good)
+    retry = creditline(data, "import", "verifiers", str(ok), "--experiment", "e", "--config", one_round)
     assert retry.returncode == 0, retry.stderr  # not "registered with config …; use a new experiment name"
     before = tree(data)
     for name in ("e", "other"):  # the next round of `e`, or a new experiment, on a root in use
         again = creditline(
-            data, "import", "verifiers", str(foreign), "--experiment", name, "--config", CONFIG
+            data, "import", "verifiers", str(foreign), "--experiment", name, "--config", one_round
         )
         assert again.returncode == 2 and "token id 99999" in again.stderr, again.stderr
         assert tree(data) == before  # byte for byte, the catalog included
+    # refusals that need the catalog: every round of `e` run; `e` under another config
+    for config, why in (
+        (one_round, "has run all 1 rounds of its config"),
+        (CONFIG, "is registered with config"),
+    ):
+        again = creditline(data, "import", "verifiers", str(ok), "--experiment", "e", "--config", config)
+        assert again.returncode == 2 and why in again.stderr and again.stderr.count("\n") == 1, again.stderr
+        assert tree(data) == before
 
 
 def test_an_imported_classic_round_rescores_and_importing_again_makes_the_next_round(tmp_path):
