@@ -94,7 +94,7 @@ def cluster_by_similarity(groups: np.ndarray, texts: np.ndarray, thresh: float) 
     return out
 
 
-@register("gigpo", references={"verl-agent": VERL_AGENT_GIGPO})
+@register("gigpo", references={"verl-agent": VERL_AGENT_GIGPO}, anchors=True)
 def gigpo(
     table: StepTable,
     conv: Conventions,

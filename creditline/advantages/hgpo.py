@@ -43,7 +43,7 @@ def _add_level(num, den, rows, a, present, weight, conv: Conventions) -> None:
     den[rows] += np.where(keep, weight, 0.0)
 
 
-@register("hgpo", references={"verl-agent": VERL_AGENT_HGPO})
+@register("hgpo", references={"verl-agent": VERL_AGENT_HGPO}, anchors=True)
 def hgpo(
     table: StepTable,
     conv: Conventions,

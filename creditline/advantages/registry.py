@@ -42,6 +42,7 @@ class Estimator:
     defaults: Mapping[str, Any]  # keyword-only parameters of fn and their defaults
     references: Mapping[str, ReferenceConventions]  # preset name -> the reference code's conventions
     columns: tuple[str, ...] = ()  # input columns it reads besides REQUIRED_COLUMNS (StepTable.extra)
+    anchors: bool = False  # reads the anchor codes (StepTable.anchor): anchor_key is factorised for it only
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -52,12 +53,15 @@ def register(
     *,
     references: Mapping[str, ReferenceConventions] | None = None,
     columns: tuple[str, ...] = (),
+    anchors: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Register ``fn(table, conv, *, **params)``. ``references``: preset name (a key of
     ``conventions.PRESETS`` other than "creditline") -> the conventions of the code it
     reproduces, or a function of the resolved params returning them. None: creditline only.
     ``columns``: input columns the estimator reads besides the required ones, handed to it in
-    ``table.extra`` when the input has them (the estimator says what it needs when one is missing)."""
+    ``table.extra`` when the input has them (the estimator says what it needs when one is missing).
+    ``anchors``: it reads ``table.anchor`` (the anchor states' codes); for the others the column is only
+    required to be there, and its S strings are not hashed."""
     refs = dict(references or {})
     bad = sorted(set(refs) - (set(PRESETS) - {"creditline"}))
     if bad:
@@ -79,7 +83,7 @@ def register(
             if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
                 raise TypeError(f"{fn.__name__}: parameter {p.name!r} must be keyword-only with a default")
             defaults[p.name] = p.default
-        _REGISTRY[name] = Estimator(name, fn, defaults, MappingProxyType(refs), tuple(columns))
+        _REGISTRY[name] = Estimator(name, fn, defaults, MappingProxyType(refs), tuple(columns), anchors)
         return fn
 
     return decorate
@@ -143,7 +147,7 @@ def _preset(est: Estimator, preset: Any, full: Mapping[str, Any]) -> Conventions
 def compute(estimator: str, steps: Any, **params: Any) -> np.ndarray:
     """Advantages (S,) float64 aligned with the rows of ``steps`` (DataFrame or pyarrow Table)."""
     est, full, conv = resolve(estimator, params)
-    table = build_step_table(steps, REQUIRED_COLUMNS)
+    table = build_step_table(steps, REQUIRED_COLUMNS, code_anchors=est.anchors)
     if est.columns:
         table = with_extra_columns(table, steps, est.columns)
     return scatter(table, est.fn(table, conv, **full))

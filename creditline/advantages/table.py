@@ -105,14 +105,25 @@ def _factorize(col: Any, name: str, sort: bool) -> tuple[np.ndarray, np.ndarray]
         _fail("null id", name, int(np.flatnonzero(codes < 0)[0]))
     uniques = np.asarray(uniques, dtype=object)
     if sort and len(uniques):
-        try:
-            perm = np.argsort(uniques, kind="stable")
-        except TypeError:  # mixed id types: order by their text
-            perm = np.argsort(uniques.astype(str), kind="stable")
+        perm = _sorting_permutation(uniques)
         rank = np.empty_like(perm)
         rank[perm] = np.arange(len(perm))
         codes, uniques = rank[codes], uniques[perm]
     return codes, uniques
+
+
+def _sorting_permutation(uniques: np.ndarray) -> np.ndarray:
+    """The permutation sorting distinct ids: Arrow's sort for text (byte order of UTF-8, which is code point
+    order, as Python compares str; ~3x numpy's object sort), numpy's otherwise; mixed types by their text."""
+    if all(isinstance(u, str) for u in uniques[:1]):
+        try:
+            return pc.sort_indices(pa.array(uniques, type=pa.string())).to_numpy().astype(np.int64)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+    try:
+        return np.argsort(uniques, kind="stable")
+    except TypeError:  # mixed id types: order by their text
+        return np.argsort(uniques.astype(str), kind="stable")
 
 
 def _numeric(col: Any) -> np.ndarray:
@@ -174,8 +185,9 @@ def _show(value: Any) -> str:
     return repr(value.item() if isinstance(value, np.generic) else value)
 
 
-def _read_columns(steps: Any, required: tuple[str, ...]) -> dict[str, Any]:
-    """Validated columns in input order: codes/uniques for ids, int64 / float64 arrays."""
+def _read_columns(steps: Any, required: tuple[str, ...], code_anchors: bool = True) -> dict[str, Any]:
+    """Validated columns in input order: codes/uniques for ids (anchor keys only if `code_anchors`), int64 /
+    float64 arrays."""
     if not isinstance(steps, (pd.DataFrame, pa.Table)):
         raise AdvantageInputError(
             f"steps must be a pandas DataFrame or a pyarrow Table, got {type(steps).__name__}"
@@ -197,9 +209,10 @@ def _read_columns(steps: Any, required: tuple[str, ...]) -> dict[str, Any]:
     def ids(r: int) -> dict[str, Any]:
         return {"episode_id": ep_values[ep_codes[r]], "step_idx": int(step_idx[r])}
 
-    for name in ("group_id", "anchor_key"):
-        if name in required:
-            cols[name] = _factorize(_column(steps, name), name, sort=False)
+    if "group_id" in required:
+        cols["group_id"] = _column(steps, "group_id")  # coded once sorted (`_group_codes`)
+    if "anchor_key" in required and code_anchors:
+        cols["anchor_key"] = _factorize(_column(steps, "anchor_key"), "anchor_key", sort=False)
     for name in ("step_reward", "episode_reward"):
         if name in required:
             cols[name] = _as_finite(_numeric(_column(steps, name)), name, ids)
@@ -211,9 +224,12 @@ def _read_columns(steps: Any, required: tuple[str, ...]) -> dict[str, Any]:
     return cols
 
 
-def build_step_table(steps: Any, required: tuple[str, ...] = REQUIRED_COLUMNS) -> StepTable:
-    """Validate ``steps`` (DataFrame or pyarrow Table) and sort it into a :class:`StepTable`."""
-    cols = _read_columns(steps, required)
+def build_step_table(
+    steps: Any, required: tuple[str, ...] = REQUIRED_COLUMNS, *, code_anchors: bool = True
+) -> StepTable:
+    """Validate ``steps`` (DataFrame or pyarrow Table) and sort it into a :class:`StepTable`;
+    ``code_anchors=False`` leaves ``anchor`` None (for estimators that do not read it)."""
+    cols = _read_columns(steps, required, code_anchors)
     (ep_codes, ep_values), step_idx = cols["episode_id"], cols["step_idx"]
     order = _sort_order(ep_codes, step_idx)
     ep, sidx = ep_codes[order], step_idx[order]
@@ -224,7 +240,7 @@ def build_step_table(steps: Any, required: tuple[str, ...] = REQUIRED_COLUMNS) -
     ep_start, ep_len = _check_steps(ep, sidx, order, ids)
     group_codes, group_values = np.zeros_like(ep), np.array(["<none>"], dtype=object)
     if cols["group_id"] is not None:
-        group_codes, group_values = cols["group_id"][0][order], cols["group_id"][1]
+        group_codes, group_values = _group_codes(cols["group_id"], order, ep, ep_start, ids)
         _check_constant(
             group_codes,
             ep,
@@ -334,6 +350,30 @@ def _check_steps(ep, sidx, order, ids) -> tuple[np.ndarray, np.ndarray]:
             ids(r),
         )
     return ep_start.astype(np.int64), ep_len.astype(np.int64)
+
+
+def _group_codes(
+    col: Any, order: np.ndarray, ep: np.ndarray, ep_start: np.ndarray, ids
+) -> tuple[np.ndarray, np.ndarray]:
+    """(codes (S,) in sorted row order, uniques (G,)) of the group ids. A text column (numpy objects) is
+    hashed at each episode's first row only (E values, not S): a row whose id differs from its episode's
+    first is then refused as an episode spread over two groups, as the codes' check would."""
+    values = col.to_numpy() if isinstance(col, pd.Series | pd.Index) and col.dtype == object else None
+    if values is None:
+        codes, uniques = _factorize(col, "group_id", sort=False)
+        return codes[order], uniques
+    rows = values[order]  # (S,) objects, sorted
+    firsts = rows[ep_start]  # (E,)
+    if pd.isna(firsts).any():
+        _fail("null id", "group_id", int(order[ep_start[np.flatnonzero(pd.isna(firsts))[0]]]))
+    ep_codes, uniques = pd.factorize(firsts, sort=False)
+    codes = np.asarray(ep_codes, dtype=np.int64)[ep]
+    spread = rows != firsts[ep]
+    if spread.any():
+        r = int(np.flatnonzero(spread)[0])
+        _fail("episode spread over two group_ids", "group_id", int(order[r]),
+              {**ids(r), "group_id": rows[r], "first_step_group_id": firsts[ep[r]]})  # fmt: skip
+    return codes, np.asarray(uniques, dtype=object)
 
 
 def _check_constant(values, ep, ep_start, order, column, problem, ids) -> None:
