@@ -1,4 +1,5 @@
-"""`evaluation`: the round's checkpoint played greedily on held-out tasks (round 1 also scores the initial policy)."""
+"""`evaluation`: the round's checkpoint played greedily on held-out tasks (round 1 also scores the initial policy),
+by creditline's engine on `env`, or by a verifiers environment (`[eval.verifiers]`)."""
 
 import base64
 from pathlib import Path
@@ -13,6 +14,7 @@ from creditline.plots import success_by_round
 from creditline.policy import load_tokenizer
 from creditline.round import evaluate_policy
 from creditline.store import ArtifactRecord, EvaluationRecord, write_bytes_atomic
+from creditline.verifiers_evaluation import evaluate_in_verifiers
 from resources import EngineResource, LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -33,12 +35,13 @@ def _evaluate_policy(
                                   for e in history):  # fmt: skip
         return record, history  # an earlier attempt got this far
     verify_checkpoint(policy)
-    episodes, summary = evaluate_policy(
-        engine.load(policy.path, config.rollouts, policy.content_hash),
-        load_tokenizer(policy.path),
-        config,
-        round_,
-    )
+    if config.eval.verifiers.env_id:  # a verifiers environment plays the evaluation
+        episodes, summary = evaluate_in_verifiers(config, policy.path, round_)
+    else:
+        episodes, summary = evaluate_policy(
+            engine.load(policy.path, config.rollouts, policy.content_hash), load_tokenizer(policy.path),
+            config, round_,
+        )  # fmt: skip
     table = episodes[["episode_id", "task_id", "num_steps", "success", "env_return", "stop_reason"]].assign(
         policy_round=round_
     )

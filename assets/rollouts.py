@@ -20,7 +20,7 @@ from creditline.policy import load_tokenizer
 from creditline.round import generate_rollouts
 from creditline.store import read_parquet
 from creditline.verifiers_import import read_source, record_source, source_tables
-from creditline.verifiers_source import play_with_verifiers
+from creditline.verifiers_source import play_with_verifiers, rollout_run
 from resources import EngineResource, LineageResource, TrackerResource
 from resources.tracker import check_writable
 
@@ -66,7 +66,7 @@ def rollouts(
     verify_checkpoint(parent)
     if source is None and config.verifiers.env_id:  # a verifiers environment plays the round
         with tempfile.TemporaryDirectory() as scratch:
-            run = play_with_verifiers(config, round_, parent.path, Path(scratch) / "run")
+            run = play_with_verifiers(rollout_run(config, round_), parent.path, Path(scratch) / "run")
             source = record_source(store, read_source(run), lineage.round_dir(experiment, round_) / "source",
                                    experiment, round_, ((parent.content_hash, "generated_by"),), context.run_id)  # fmt: skip
     if source is not None:

@@ -132,29 +132,27 @@ class AdvantageSettings:
     """"prof": episodes dropped per group (PROF's recipe: 4 of 8)."""
 
 
-@dataclass(frozen=True)
-class EvalSettings:
-    num_tasks: int = field(default=100, metadata={"range": "[1, 100_000]"})
-    """Held-out tasks, each played once greedily."""
-
-
 VERIFIERS_APIS = ("classic", "v1")
+"""The verifiers APIs a round can take its rollouts from (`creditline.verifiers_runners`)."""
 OPTIONAL_NAME = (
     re.compile(r"|[A-Za-z0-9_.:/@-]{1,200}"),
     "empty, or a name of letters, digits and _ . : / @ -",
 )
-"""The verifiers APIs a round can take its rollouts from (`creditline.verifiers_runners`)."""
 
 
 @dataclass(frozen=True)
 class VerifiersSettings:
-    """A verifiers environment as the source of a round's rollouts (`creditline.verifiers_source`)."""
+    """A verifiers environment, run in its own venv against a checkpoint served on 127.0.0.1
+    (`creditline.verifiers_source`): as `[verifiers]`, the source of a round's rollouts; as `[eval.verifiers]`,
+    the held-out evaluation."""
 
     env_id: str = field(default="", metadata={"pattern": OPTIONAL_NAME})
-    """Empty: creditline's engine plays `env` (the default). Otherwise the verifiers environment that plays
-    the round's rollouts against the parent checkpoint, served on 127.0.0.1: `vf.load_environment(env_id)`
-    (api "classic") or a v1 taskset id (api "v1"); `rollouts.tasks_per_round` examples, `group_size` each,
-    `temperature` and `max_new_tokens` apply. Evaluation still plays `env`."""
+    """Empty: off (the default; creditline's engine plays `env`). Otherwise `vf.load_environment(env_id)` (api
+    "classic") or a v1 taskset id (api "v1"). `[verifiers]`: it plays the round's rollouts against the parent
+    checkpoint, `rollouts.tasks_per_round` examples of its training split, `group_size` each, at
+    `rollouts.temperature`. `[eval.verifiers]`: it plays the evaluation against each round's checkpoint (and
+    the initial policy), `eval.num_tasks` examples of its eval split, once each, greedily. Both: at most
+    `rollouts.max_new_tokens` tokens per model call."""
     api: str = field(default="classic", metadata={"choices": VERIFIERS_APIS})
     """"classic" (verifiers ≤ 0.3.x: results.jsonl) or "v1" (verifiers ≥ 0.4: traces.jsonl)."""
     python: str = field(default="", metadata={"pattern": (re.compile(r".*"), "a path")})
@@ -165,6 +163,25 @@ class VerifiersSettings:
     (e.g. `{agent = {runtime = {type = "subprocess"}}}`)."""
     paths: tuple[str, ...] = field(default=(), metadata={"items": "[0, 16]"})
     """Folders put first on the runner's `sys.path`: environment modules that are not installed."""
+    select: dict[str, Any] = field(default_factory=dict)
+    """v1 only: which of the taskset's tasks may be drawn, as keys `include`, `exclude` (each a table of `idx`
+    ranges like `["0:100"]`, `ids`, `keys` or `names`) and `skip` of verifiers' `SelectConfig`; creditline sets
+    `shuffle`, `seed` and `limit`. A v1 taskset has no eval split of its own: hold tasks out of training with
+    `exclude` here and evaluate on them with `include` in `[eval.verifiers]`. (A classic environment's splits
+    are its `dataset`, for rollouts, and `eval_dataset`, for the evaluation; each falls back to the other.)"""
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    num_tasks: int = field(default=100, metadata={"range": "[1, 100_000]"})
+    """Held-out tasks, each played once greedily (with `verifiers`: at most this many examples of the
+    environment's eval split, the same ones every round)."""
+    verifiers: VerifiersSettings = field(default_factory=VerifiersSettings)
+    """The held-out evaluation as a verifiers environment; off by default (`env_id` empty: creditline's `env`
+    on held-out task ids). Its own table, apart from `[verifiers]`, so that a round may train on one
+    environment and be evaluated on another; to evaluate on the training environment's eval split, repeat
+    its `api`, `python`, `env_id`, `env_args` and `paths` here. The policy is served as for `[verifiers]`
+    rollouts (`rollouts.engine`); success is a reward > 0, the return is the environment's reward."""
 
 
 @dataclass(frozen=True)

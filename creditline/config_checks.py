@@ -71,6 +71,9 @@ def registered(module: str, name: str) -> Callable[[], Any]:
     return lookup
 
 
+SELECT_KEYS = ("include", "exclude", "skip")
+"""The keys of verifiers' v1 `SelectConfig` a config may set (`[verifiers] select`); creditline sets `shuffle`,
+`seed` and `limit`."""
 BUILTIN_POLICY = "builtin:tiny"
 BUILTIN_CHAT_POLICY = "builtin:chat"
 BUILTIN_POLICIES = (BUILTIN_POLICY, BUILTIN_CHAT_POLICY)
@@ -303,7 +306,8 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
             cls, "advantages.estimator", "advantages.params", adv["estimator"], adv["params"]
         )
         problems += estimator_problems(adv["estimator"], adv["params"], note)
-    problems += verifiers_problems(config.get("verifiers", {}), files=files)
+    problems += verifiers_problems(config.get("verifiers", {}), "verifiers", files=files)
+    problems += verifiers_problems(config.get("eval", {}).get("verifiers", {}), "eval.verifiers", files=files)
     problems += branching_problems(
         config.get("branching", {}),
         adv.get("estimator"),
@@ -448,17 +452,59 @@ def gold_answer_problems(
     return problems
 
 
-def verifiers_problems(verifiers: Mapping[str, Any], *, files: bool) -> list[Problem]:
-    """A verifiers rollout source needs an interpreter (one that exists, when a file is loaded)."""
+def verifiers_problems(verifiers: Mapping[str, Any], section: str, *, files: bool) -> list[Problem]:
+    """A verifiers environment (`section`: "verifiers" or "eval.verifiers") needs an interpreter (one that
+    exists, when a file is loaded); its `select` holds only the `SelectConfig` keys a config may set, and
+    only for a v1 environment."""
+    problems = []
+    select = verifiers.get("select") or {}
+    if select and verifiers.get("api") == "classic":
+        problems.append(Problem(f"{section}.select", select, "is for api \"v1\" only: a classic environment's "
+                                "splits are its dataset (rollouts) and eval_dataset (the evaluation)"))  # fmt: skip
+    elif unknown := [key for key in select if key not in SELECT_KEYS]:
+        problems.append(Problem(f"{section}.select", select, f"unknown key{'s' * (len(unknown) > 1)} "
+                                f"{', '.join(map(key_text, unknown))}; known: {', '.join(SELECT_KEYS)} "
+                                "(creditline sets shuffle, seed and limit)"))  # fmt: skip
+    else:
+        problems += select_value_problems(select, f"{section}.select")
     if not verifiers.get("env_id") or "python" not in verifiers:
-        return []
+        return problems
     python = verifiers["python"]
     if not python:
-        return [Problem("verifiers.python", python, "is needed with verifiers.env_id: the interpreter of a venv "
-                        "with verifiers installed, e.g. .venv-verifiers-0.4/bin/python")]  # fmt: skip
-    if files and not os.access(Path(python).expanduser(), os.X_OK):
-        return [Problem("verifiers.python", python, "is not an executable file")]
-    return []
+        problems.append(Problem(f"{section}.python", python, f"is needed with {section}.env_id: the interpreter "
+                                "of a venv with verifiers installed, e.g. .venv-verifiers-0.4/bin/python"))  # fmt: skip
+    elif files and not os.access(Path(python).expanduser(), os.X_OK):
+        problems.append(Problem(f"{section}.python", python, "is not an executable file"))
+    return problems
+
+
+def select_value_problems(select: Mapping[str, Any], path: str) -> list[Problem]:
+    """`skip` a whole number ≥ 0; `include` and `exclude` tables of `TaskMatchConfig` lists (`idx`: whole
+    numbers or "start:stop:step" strings; `ids`, `keys`, `names`: strings)."""
+    problems = []
+    if "skip" in select and (whole_number(select["skip"]) is None or select["skip"] < 0):
+        problems.append(Problem(f"{path}.skip", select["skip"], "must be a whole number ≥ 0"))
+    for key in ("include", "exclude"):
+        match = select.get(key, {})
+        fine = isinstance(match, Mapping) and set(match) <= {"idx", "ids", "keys", "names"} and all(
+            isinstance(items, list) and all(_task_match(name, v) for v in items) for name, items in match.items()
+        )  # fmt: skip
+        if not fine:
+            problems.append(Problem(f"{path}.{key}", match, "must be a table of lists: idx (positions ≥ 0 or "
+                                    '"start:stop:step" slices), ids, keys, names (strings)'))  # fmt: skip
+    return problems
+
+
+_IDX = re.compile(r"\s*(\d+|\d*:\d*(:\d*)?)\s*(,\s*(\d+|\d*:\d*(:\d*)?)\s*)*")
+
+
+def _task_match(name: str, value: Any) -> bool:
+    """A `TaskMatchConfig` list item: an `idx` is a position ≥ 0 or "start:stop:step" slices (comma-separated);
+    `ids`, `keys` and `names` are strings."""
+    if name != "idx" or isinstance(value, str):
+        return isinstance(value, str) and (name != "idx" or _IDX.fullmatch(value) is not None)
+    number = whole_number(value)
+    return number is not None and number >= 0
 
 
 def initial_policy_problems(value: str, *, files: bool, chat: str | None = None) -> list[Problem]:

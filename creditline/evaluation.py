@@ -1,7 +1,9 @@
 """Greedy evaluation on held-out tasks.
 
-Held-out task ids come from `creditline.tasks.eval_task_ids`, disjoint from training ids. Each task is played once with greedy decoding (temperature 0),
-which makes the evaluation of a checkpoint deterministic.
+Held-out task ids come from `creditline.tasks.eval_task_ids`, disjoint from training ids. Each task is played
+once with greedy decoding (temperature 0), which makes the evaluation of a checkpoint deterministic. With
+`[eval.verifiers]` a verifiers environment plays the evaluation instead (`creditline.verifiers_evaluation`:
+its eval split, the same examples every round, once each, greedily); `summarize` measures both the same way.
 """
 
 from __future__ import annotations
@@ -43,12 +45,16 @@ def evaluate(
     tables = run_episodes(
         engine, tokenizer, env_factory, experiment, round_, eval_task_ids(num_tasks), 1, greedy, prompt_format
     )
-    episodes, steps = tables.episodes, tables.steps
-    summary = EvaluationSummary(
+    return tables.episodes, summarize(tables.episodes, tables.steps)
+
+
+def summarize(episodes: pd.DataFrame, steps: pd.DataFrame) -> EvaluationSummary:
+    """An evaluation's episodes (E rows) and steps (S rows) in five numbers: the share of successful episodes,
+    the mean return (a verifiers environment's: its reward), steps per episode, and the share of invalid actions."""
+    return EvaluationSummary(
         success_rate=float(episodes["success"].mean()),
         mean_return=float(episodes["env_return"].mean()),
         mean_steps=float(episodes["num_steps"].mean()),
         invalid_action_rate=float(1.0 - steps["valid_action"].mean()),
         episodes=len(episodes),
     )
-    return episodes, summary

@@ -30,7 +30,9 @@ that were saved (never re-tokenised). `rollout_tables` turns them into the table
   saved none), which the trainer scores the step at (`creditline.sampling_settings`).
 
 Errors name the file, the line and the field (`SourceError`); a group with one rollout is refused
-(no baseline to compare it with).
+(no baseline to compare it with), and so is greedy sampling (log-probs the trainer cannot reproduce), unless
+the rollouts are read `for_training=False`: a held-out evaluation's, which are measured, never trained on
+(one greedy rollout per example).
 """
 
 from __future__ import annotations
@@ -103,8 +105,11 @@ STEP_LIMIT_CONDITIONS = {"max_turns_reached", "max_turns"}
 CONTEXT_LIMIT_CONDITIONS = {"prompt_too_long", "overlong_prompt"}
 
 
-def rollout_tables(rollouts: Sequence[ImportedRollout], experiment: str, round_: int) -> RolloutTables:
-    """The episodes (E rows) and steps (S rows) tables of imported rollouts; see the module docstring."""
+def rollout_tables(
+    rollouts: Sequence[ImportedRollout], experiment: str, round_: int, *, for_training: bool = True
+) -> RolloutTables:
+    """The episodes (E rows) and steps (S rows) tables of imported rollouts; see the module docstring.
+    `for_training=False` (an evaluation's rollouts) accepts a task with one rollout."""
     groups: dict[str, list[ImportedRollout]] = defaultdict(list)
     seen: dict[str, str] = {}
     for rollout in rollouts:
@@ -118,7 +123,7 @@ def rollout_tables(rollouts: Sequence[ImportedRollout], experiment: str, round_:
     if not groups:
         raise SourceError("the source", "rollouts", "no rollouts found")
     for key, members in groups.items():
-        if len(members) < 2:
+        if len(members) < 2 and for_training:
             raise SourceError(members[0].where, "group", f"task {key!r} has one rollout; step credit needs "
                               "at least two per task (rollouts_per_example ≥ 2)")  # fmt: skip
     task_ids = _task_ids(sorted(groups))
@@ -193,10 +198,10 @@ def float_list(value, where: str, field: str) -> list[float]:
     return [number(v, where, f"{field}[{i}]") for i, v in enumerate(value)]
 
 
-def sampling_settings(args, where: str, field: str) -> dict[str, float | None]:
+def sampling_settings(args, where: str, field: str, for_training: bool = True) -> dict[str, float | None]:
     """`temperature`, `top_p`, `top_k` from a call's sampling arguments (OpenAI keys, vLLM's in
-    `extra_body` too); None where absent. A temperature ≤ 0 (greedy decoding) is refused: its log-probs
-    are not a distribution's the trainer can reproduce."""
+    `extra_body` too); None where absent. A temperature ≤ 0 (greedy decoding) is refused `for_training`: its
+    log-probs are not a distribution's the trainer can reproduce (an evaluation's rollouts may be greedy)."""
     if args is None:
         return {"temperature": None, "top_p": None, "top_k": None}
     if not isinstance(args, dict):
@@ -206,7 +211,7 @@ def sampling_settings(args, where: str, field: str) -> dict[str, float | None]:
     for name in ("temperature", "top_p", "top_k"):
         value = args.get(name, extra.get(name))
         out[name] = None if value is None else number(value, where, f"{field}.{name}")
-    if out["temperature"] is not None and out["temperature"] <= 0:
+    if for_training and out["temperature"] is not None and out["temperature"] <= 0:
         raise SourceError(where, f"{field}.temperature", f"{out['temperature']:g}: greedy decoding; only "
                           "rollouts sampled at a temperature > 0 can be trained on")  # fmt: skip
     if out["top_p"] is not None and not 0 < out["top_p"] <= 1:

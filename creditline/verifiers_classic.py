@@ -56,12 +56,16 @@ def read_metadata(folder: Path) -> dict:
     return meta
 
 
-def read_classic(path: Path, metadata: dict | None = None) -> list[ImportedRollout]:
+def read_classic(
+    path: Path, metadata: dict | None = None, *, for_training: bool = True
+) -> list[ImportedRollout]:
     """The rollouts of one `results.jsonl`; see the module docstring. `metadata`: its `metadata.json`,
-    whose `sampling_args` hold for every line that did not save its own."""
+    whose `sampling_args` hold for every line that did not save its own. `for_training=False`: greedy
+    sampling is accepted (`imported_rollouts.sampling_settings`)."""
     run_args = (metadata or {}).get("sampling_args")
-    run_sampling = sampling_settings(run_args, str(path.parent / METADATA), "sampling_args")
-    parsed = [_parse_line(obj, f"{path} line {n}", run_sampling) for n, obj in read_json_lines(path)]
+    run_sampling = sampling_settings(run_args, str(path.parent / METADATA), "sampling_args", for_training)
+    parsed = [_parse_line(obj, f"{path} line {n}", run_sampling, for_training)
+              for n, obj in read_json_lines(path)]  # fmt: skip
     by_example: dict[str, list[float]] = defaultdict(list)
     for line in parsed:
         by_example[line["group"]].append(line["reward"])
@@ -88,7 +92,7 @@ def _unless(value: float | None, fill: float) -> float | None:
     return None if value is None or math.isclose(value, fill, rel_tol=0, abs_tol=_SAME) else value
 
 
-def _parse_line(obj: dict, where: str, run_sampling: dict) -> dict:
+def _parse_line(obj: dict, where: str, run_sampling: dict, for_training: bool) -> dict:
     for field in ("example_id", "reward"):
         if field not in obj:
             raise SourceError(where, field, "missing")
@@ -105,7 +109,7 @@ def _parse_line(obj: dict, where: str, run_sampling: dict) -> dict:
         raise SourceError(where, "trajectory", "missing or empty: save the run with state_columns=[\"trajectory\"] "
                           "so each model call's token ids and log-probs are kept")  # fmt: skip
     sampling = run_sampling if obj.get("sampling_args") is None \
-        else sampling_settings(obj["sampling_args"], where, "sampling_args")  # fmt: skip
+        else sampling_settings(obj["sampling_args"], where, "sampling_args", for_training)  # fmt: skip
     steps = []
     previous: tuple[list[int], int] | None = None  # (prompt + completion ids, messages) of the step before
     for t, step in enumerate(trajectory):

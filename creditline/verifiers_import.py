@@ -43,6 +43,9 @@ class Source:
     """Every file staged: the rollouts file first, then metadata/config files found beside it."""
     rollouts: list[ImportedRollout] = field(repr=False)
     metadata: dict
+    for_training: bool = True
+    """False: an evaluation's rollouts, which are measured, never trained on: greedy sampling and tasks
+    with one rollout are accepted (`imported_rollouts`)."""
 
     def describe(self) -> dict:
         """What lineage keeps: the format and each file's name, sha256 and size."""
@@ -88,8 +91,9 @@ def find_rollouts_file(path: str | Path) -> tuple[str, Path]:
                       "neither a verifiers v1 episode (no `traces`) nor a classic rollout (no `example_id`)")  # fmt: skip
 
 
-def read_source(path: str | Path) -> Source:
-    """Read and check every rollout of a verifiers run (see the module docstring)."""
+def read_source(path: str | Path, *, for_training: bool = True) -> Source:
+    """Read and check every rollout of a verifiers run (see the module docstring); `for_training=False` for
+    an evaluation's run (`Source.for_training`)."""
     fmt, rollouts_file = find_rollouts_file(path)
     if not read_json_lines(rollouts_file):
         raise SourceError(str(rollouts_file), "rollouts", "the file holds no rollouts (empty)")
@@ -97,11 +101,11 @@ def read_source(path: str | Path) -> Source:
     if fmt == "classic":
         metadata = read_metadata(folder)
         extras = [folder / METADATA] if (folder / METADATA).exists() else []
-        return Source(
-            fmt, rollouts_file, (rollouts_file, *extras), read_classic(rollouts_file, metadata), metadata
-        )
+        rollouts = read_classic(rollouts_file, metadata, for_training=for_training)
+        return Source(fmt, rollouts_file, (rollouts_file, *extras), rollouts, metadata, for_training)
     extras = [folder / name for name in V1_EXTRAS if (folder / name).exists()]
-    return Source(fmt, rollouts_file, (rollouts_file, *extras), read_v1(rollouts_file), {})
+    rollouts = read_v1(rollouts_file, for_training=for_training)
+    return Source(fmt, rollouts_file, (rollouts_file, *extras), rollouts, {}, for_training)
 
 
 def stage_source(source: Source, folder: Path) -> tuple[str, dict]:
@@ -118,7 +122,7 @@ def stage_source(source: Source, folder: Path) -> tuple[str, dict]:
 
 
 def source_tables(source: Source, experiment: str, round_: int) -> RolloutTables:
-    return rollout_tables(source.rollouts, experiment, round_)
+    return rollout_tables(source.rollouts, experiment, round_, for_training=source.for_training)
 
 
 def token_id_problem(source: Source, vocab_size: int) -> str | None:

@@ -46,8 +46,9 @@ from creditline.imported_rollouts import (
 TRACES = "traces.jsonl"
 
 
-def read_v1(path: Path) -> list[ImportedRollout]:
-    """The rollouts of one `traces.jsonl`; see the module docstring."""
+def read_v1(path: Path, *, for_training: bool = True) -> list[ImportedRollout]:
+    """The rollouts of one `traces.jsonl`; see the module docstring. `for_training=False`: greedy sampling
+    is accepted (`imported_rollouts.sampling_settings`)."""
     rollouts = []
     for n, episode in read_json_lines(path):
         where = f"{path} line {n}"
@@ -60,11 +61,11 @@ def read_v1(path: Path) -> list[ImportedRollout]:
         trace = traces[0]
         if not isinstance(trace, dict):
             raise SourceError(where, "traces[0]", "expected an object")
-        rollouts.append(_rollout(episode, trace, where, n))
+        rollouts.append(_rollout(episode, trace, where, n, for_training))
     return rollouts
 
 
-def _rollout(episode: dict, trace: dict, where: str, line: int) -> ImportedRollout:
+def _rollout(episode: dict, trace: dict, where: str, line: int, for_training: bool) -> ImportedRollout:
     group_info, task = episode.get("group") or {}, trace.get("task") or {}
     if not isinstance(group_info, dict) or not isinstance(task, dict):
         raise SourceError(
@@ -100,7 +101,8 @@ def _rollout(episode: dict, trace: dict, where: str, line: int) -> ImportedRollo
     calls = [c for c in trace.get("calls") or [] if isinstance(c, dict) and c.get("node") is not None]
     sampled = [c["node"] for c in calls] or [i for i, node in enumerate(nodes) if node.get("sampled")]
     truncated = {c["node"] for c in calls if c.get("finish_reason") == "length"}
-    sampling = {c["node"]: sampling_settings(c.get("sampling"), where, f"traces[0].calls[{i}].sampling")
+    sampling = {c["node"]: sampling_settings(c.get("sampling"), where, f"traces[0].calls[{i}].sampling",
+                                             for_training)
                 for i, c in enumerate(trace.get("calls") or []) if c in calls}  # fmt: skip
     steps, previous = [], None
     for index in sampled:

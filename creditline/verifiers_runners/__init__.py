@@ -7,8 +7,14 @@ creditline's own process, so they import nothing from creditline: `classic.py` f
 starts them; their command line is the contract:
 
     PYTHON RUNNER --base-url URL --model NAME --policy FOLDER --env-id ID --env-args JSON
+                  [--split train|eval] [--select JSON]
                   --num-examples N --rollouts-per-example G --temperature T --max-tokens M --seed S
                   --out DIR [--path DIR ...]
+
+`--split` is the examples' split: a round's rollouts play "train", its evaluation "eval" (classic: the
+environment's `dataset` or `eval_dataset`, each falling back to the other; a v1 taskset has none).
+`--select` (v1) is verifiers' `SelectConfig` keys `include` / `exclude` / `skip`, which pick a taskset's tasks.
+A temperature of 0 is greedy decoding (the evaluation).
 """
 
 from pathlib import Path

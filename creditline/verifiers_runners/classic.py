@@ -2,10 +2,10 @@
 
 Runs with a verifiers venv's interpreter (see `__init__.py` for the command line). The environment is
 `vf.load_environment(ENV_ID, **ENV_ARGS)` (an installed environment package, or a module on `--path`). N
-examples of its eval dataset (its training dataset if it has none) are drawn with `--seed`, each played G
-times (a group shares `example_id`); every model call asks for its own seed, derived from (seed, example,
-rollout, turn), so the same policy gives the same rollouts again whatever order the calls arrive in. The client is verifiers' token client
-(`openai_chat_completions_token`: the first turn through /v1/chat/completions, later turns with the
+examples of the `--split` (`split_dataset`) are drawn with `--seed`, each played G times (a group shares
+`example_id`); every model call asks for its own seed, derived from (seed, example, rollout, turn), so the
+same policy gives the same rollouts again whatever order the calls arrive in. The client is verifiers' token
+client (`openai_chat_completions_token`: the first turn through /v1/chat/completions, later turns with the
 prompt as token ids), and `state_columns=["trajectory", "sampling_args"]` keeps each model call's tokens.
 """
 
@@ -43,6 +43,15 @@ def seed_every_call(env, seed: int) -> None:
     env.get_model_response = seeded
 
 
+def split_dataset(env, split: str):
+    """The examples of `split`. "eval": the eval dataset (verifiers falls back to the training one); "train":
+    the training dataset, else the eval one (an environment made for evaluation only). Lazy ones are built."""
+    if split == "eval":
+        return env.get_eval_dataset()
+    has_train = env.build_dataset() is not None if hasattr(env, "build_dataset") else env.dataset is not None
+    return env.get_dataset() if has_train else env.get_eval_dataset()
+
+
 async def main() -> None:
     args = arguments()
     sys.path[:0] = args.path
@@ -51,7 +60,7 @@ async def main() -> None:
 
     os.environ.setdefault(API_KEY_VAR, "EMPTY")
     env = vf.load_environment(args.env_id, **json.loads(args.env_args))
-    dataset = env.get_eval_dataset() if env.eval_dataset is not None else env.get_dataset()
+    dataset = split_dataset(env, args.split)
     chosen = sorted(
         random.Random(args.seed).sample(range(len(dataset)), min(args.num_examples, len(dataset)))
     )

@@ -12,5 +12,7 @@ def arguments() -> argparse.Namespace:
     for name in ("--num-examples", "--rollouts-per-example", "--max-tokens", "--seed"):
         parser.add_argument(name, required=True, type=int)
     parser.add_argument("--temperature", required=True, type=float)
+    parser.add_argument("--split", choices=("train", "eval"), default="train")
+    parser.add_argument("--select", default="{}")
     parser.add_argument("--path", action="append", default=[])
     return parser.parse_args()

@@ -2,9 +2,10 @@
 
 Runs with a verifiers venv's interpreter (see `__init__.py` for the command line). `--env-args` is the
 `env` table of verifiers' `EvalConfig` (`{"taskset": {"id": ...}, "agent": {...}}`); `--env-id`, when not
-empty, is the taskset id. N tasks are drawn with `--seed` (`select`), each played G times, one episode at a
-time. The client is verifiers' training client (`TrainClientConfig`): it renders prompts with the served
-policy's own tokenizer and chat template (`--policy`) and calls the endpoint's token route
+empty, is the taskset id. N tasks are drawn with `--seed` (`select`, narrowed first by `--select`'s
+`include` / `exclude` / `skip`: a taskset has no splits, so `--split` is not read), each played G times,
+one episode at a time. The client is verifiers' training client (`TrainClientConfig`): it renders prompts
+with the served policy's own tokenizer and chat template (`--policy`) and calls the endpoint's token route
 (/inference/v1/generate), so every message node carries token ids and log-probs.
 """
 
@@ -43,7 +44,7 @@ def main() -> None:
                                      renderer=DefaultRendererConfig(tool_parser="qwen3"),
                                      renderer_model_name=str(Path(args.policy).resolve())),
             sampling=SamplingConfig(temperature=args.temperature, max_tokens=args.max_tokens),
-            select={"shuffle": True, "seed": args.seed, "limit": args.num_examples},
+            select={**json.loads(args.select), "shuffle": True, "seed": args.seed, "limit": args.num_examples},
             num_rollouts=args.rollouts_per_example, max_concurrent=1, rich=None, push=False,
             output_dir=Path(scratch), run={"name": "creditline"},
         )  # fmt: skip

@@ -34,6 +34,32 @@ DEFAULT_SNAPSHOT = json.loads("""
  "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
                                     "view": "relative"}},
  "branching": {"continuations": 2, "every": 2, "per_episode": 2, "points": "none", "token_budget": 0},
+ "eval": {"num_tasks": 100, "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": "",
+                                          "select": {}}},
+ "initial_policy": "builtin:tiny", "name": "maze-gigpo",
+ "rollouts": {"device": "cpu", "dtype": "auto", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
+              "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "stop": [], "tasks_per_round": 64,
+              "temperature": 1.0, "tensor_parallel_size": 1, "top_p": 1.0},
+ "reward_model": {"beta": 0.05, "epochs": 1, "learning_rate": 0.0003, "max_grad_norm": 1.0,
+                  "micro_batch_tokens": 16384, "minibatches": 4},
+ "rounds": 20, "rubric": "env", "seed": 0,
+ "train": {"bf16": true, "clip_eps": 0.2, "entropy_coef": 0.0, "epochs": 2, "gradient_checkpointing": false,
+           "kl_coef": 0.0, "learning_rate": 0.002, "logprob_chunk_tokens": 512, "max_grad_norm": 1.0,
+           "micro_batch_tokens": 16384, "minibatches": 2, "tis_cap": 0.0, "weight_decay": 0.0},
+ "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": "", "select": {}},
+ "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
+""")
+DEFAULT_HASH = "18780ce9029efdd6"
+"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
+
+# The default as the eighth release registered it (hash 133f7402b82338fb): no verifiers evaluation
+# (`eval.verifiers`), no v1 task selection (`verifiers.select`).
+RELEASE_8_SNAPSHOT = json.loads("""
+{"advantages": {"estimator": "gigpo", "filter_remove": 4,
+                "params": {"gamma": 0.95, "mode": "mean_std_norm", "step_advantage_w": 1.0}, "sample_filter": "none"},
+ "env": {"name": "maze", "params": {"invalid_penalty": 0.1, "max_steps": 16, "progress_reward": 0.1, "size": 5,
+                                    "view": "relative"}},
+ "branching": {"continuations": 2, "every": 2, "per_episode": 2, "points": "none", "token_budget": 0},
  "eval": {"num_tasks": 100}, "initial_policy": "builtin:tiny", "name": "maze-gigpo",
  "rollouts": {"device": "cpu", "dtype": "auto", "enforce_eager": false, "engine": "torch", "gpu_memory_utilization": 0.5,
               "group_size": 8, "max_new_tokens": 1, "prompt_format": "auto", "stop": [], "tasks_per_round": 64,
@@ -47,8 +73,6 @@ DEFAULT_SNAPSHOT = json.loads("""
  "verifiers": {"api": "classic", "env_args": {}, "env_id": "", "paths": [], "python": ""},
  "warm_start": {"batch_rows": 8, "episodes": 0, "epochs": 3, "learning_rate": 0.003}}
 """)
-DEFAULT_HASH = "133f7402b82338fb"
-"""`creditline.store.files.config_hash` of the snapshot (sha256 of its canonical JSON, 16 hex)."""
 
 # The default as the seventh release registered it (hash 2c7a734251dcaedc): no vLLM dtype.
 RELEASE_7_SNAPSHOT = json.loads("""
@@ -189,11 +213,13 @@ def test_the_default_config_is_unchanged_and_valid():
     assert canonical(config.to_dict()) == canonical(DEFAULT_SNAPSHOT)  # types too: 1 and 1.0 differ here
     assert hashlib.sha256(canonical(config.to_dict()).encode()).hexdigest()[:16] == DEFAULT_HASH
     assert load_config() == config == from_dict({}) == from_dict(config.to_dict())
+    assert hashlib.sha256(canonical(RELEASE_8_SNAPSHOT).encode()).hexdigest()[:16] == "133f7402b82338fb"
 
 
 @pytest.mark.parametrize(
     "earlier",
     [
+        RELEASE_8_SNAPSHOT,
         RELEASE_7_SNAPSHOT,
         RELEASE_1_SNAPSHOT,
         RELEASE_2_SNAPSHOT,
@@ -202,7 +228,7 @@ def test_the_default_config_is_unchanged_and_valid():
         RELEASE_5_SNAPSHOT,
         RELEASE_6_SNAPSHOT,
     ],
-    ids=["release-7", "release-1", "release-2", "release-3", "release-4", "release-5", "release-6"],
+    ids=[f"release-{n}" for n in (8, 7, 1, 2, 3, 4, 5, 6)],
 )
 def test_a_config_registered_by_an_earlier_release_reads_back_and_keeps_its_registration(earlier):
     assert from_dict(earlier) == ExperimentConfig()
@@ -294,7 +320,7 @@ BAD_CASES = {
     ),
     "section not a table": (
         "eval = 5",
-        "eval = 5: must be a table with keys num_tasks",
+        "eval = 5: must be a table with keys num_tasks, verifiers",
     ),
     "params not a table": ('[env]\nparams = "big"', 'env.params = "big": must be a table of parameters'),
     "environment rejects params": (
@@ -329,6 +355,30 @@ BAD_CASES = {
         "[rollouts]\ntasks_per_round = 2\ngroup_size = 3\n[train]\nminibatches = 7",
         "train.minibatches = 7: must be at most rollouts.tasks_per_round × rollouts.group_size = 6, "
         "the episodes of a round (a minibatch needs at least one)",
+    ),
+    "verifiers evaluation without an interpreter": (
+        '[eval.verifiers]\nenv_id = "my-env"',
+        'eval.verifiers.python = "": is needed with eval.verifiers.env_id: the interpreter of a venv with verifiers '
+        "installed, e.g. .venv-verifiers-0.4/bin/python",
+    ),
+    "verifiers evaluation's missing interpreter": (
+        '[eval.verifiers]\nenv_id = "my-env"\npython = "no/such/python"',
+        'eval.verifiers.python = "no/such/python": is not an executable file',
+    ),
+    "task selection of a classic environment": (
+        '[eval.verifiers]\nselect = { include = { idx = ["0:2"] } }',
+        'eval.verifiers.select = { include = { idx = ["0:2"] } }: is for api "v1" only: a classic environment\'s '
+        "splits are its dataset (rollouts) and eval_dataset (the evaluation)",
+    ),
+    "task selection creditline makes": (
+        '[verifiers]\napi = "v1"\nselect = { limit = 3, shuffle = false }',
+        "verifiers.select = { limit = 3, shuffle = false }: unknown keys limit, shuffle; known: include, exclude, "
+        "skip (creditline sets shuffle, seed and limit)",
+    ),
+    "task selection by a negative position": (
+        '[eval.verifiers]\napi = "v1"\nselect = { include = { idx = [-1] } }',
+        "eval.verifiers.select.include = { idx = [-1] }: must be a table of lists: idx (positions ≥ 0 or "
+        '"start:stop:step" slices), ids, keys, names (strings)',
     ),
     "missing initial policy": (
         'initial_policy = "no/such/folder"',

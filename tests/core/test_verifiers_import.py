@@ -335,6 +335,24 @@ def test_greedy_sampling_is_refused(tmp_path):
         read_source(write_lines(tmp_path / "results.jsonl", lines))
 
 
+def test_an_evaluation_s_greedy_single_rollouts_are_read_but_not_for_training(tmp_path):
+    """A held-out evaluation (`[eval.verifiers]`) plays each example once, greedily: both formats read."""
+    lines = [classic_line(0, "a", 1.0, [[7]]), classic_line(1, "b", 0.0, [[8], [8]])]
+    folder = write_lines(tmp_path / "c" / "results.jsonl", lines).parent
+    (folder / "metadata.json").write_text(json.dumps({"sampling_args": {"temperature": 0.0}}))
+    episodes = [v1_episode("k0", "t1", 0.5, [[7]]), v1_episode("k1", "t2", 0.0, [[8]])]
+    for episode in episodes:
+        episode["traces"][0]["calls"][0]["sampling"] = {"temperature": 0}
+    for run in (folder, write_lines(tmp_path / "v" / "traces.jsonl", episodes).parent):
+        with pytest.raises(SourceError, match="temperature: 0: greedy decoding"):
+            read_source(run)
+        source = read_source(run, for_training=False)
+        got = source_tables(source, "x", 0)
+        assert len(got.episodes) == 2 and got.episodes["sample_idx"].tolist() == [0, 0]
+        assert got.episodes["success"].tolist() == (got.episodes["env_return"] > 0).tolist()
+        assert (got.steps["temperature"] == 0).all() and got.steps["valid_action"].all()
+
+
 def test_bad_bytes_empty_files_and_symlink_loops_are_named(tmp_path):
     good = json.dumps(classic_line(0, "a", 1.0, [[7]])).encode()
     bad = tmp_path / "bytes" / "results.jsonl"
