@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -55,26 +55,7 @@ from creditline.rollout import (
     resolve_prompt_format,
     start_episode,
 )
-
-POINT_RULES = ("none", "every", "uniform", "entropy")
-
-
-@dataclass(frozen=True)
-class BranchSettings:
-    points: str = field(default="none", metadata={"choices": POINT_RULES})
-    """Where to branch: "none" (off), "every" k steps, "uniform" draws, or the highest-"entropy" steps."""
-    every: int = field(default=2, metadata={"range": "[1, 10_000]"})
-    """k of "every": branch at steps k, 2k, … of each episode."""
-    per_episode: int = field(default=2, metadata={"range": "[1, 10_000]"})
-    """Branch points per episode for "uniform" and "entropy"."""
-    continuations: int = field(default=2, metadata={"range": "[1, 1024]"})
-    """K: continuations sampled from each branch point."""
-    token_budget: int = field(default=0, metadata={"range": "[0, 1_000_000_000]"})
-    """The most completion tokens the round's continuations may plan to sample (0: no limit)."""
-
-    @property
-    def enabled(self) -> bool:
-        return self.points != "none"
+from creditline.stage_settings import BranchSettings
 
 
 def can_snapshot(env: Environment) -> bool:

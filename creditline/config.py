@@ -34,15 +34,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from creditline.branching import BranchSettings
 from creditline.config_checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
 from creditline.engines.base import SamplingParams
 from creditline.envs import Environment, environment_target, make_env
-from creditline.reward_model import RewardModelSettings
-from creditline.rollout import PROMPT_FORMATS
-from creditline.sample_filter import FILTERS
-from creditline.trainer import TrainConfig
-from creditline.warm_start import WarmStartSettings
+from creditline.stage_settings import (
+    FILTERS,
+    PROMPT_FORMATS,
+    BranchSettings,
+    RewardModelSettings,
+    TrainConfig,
+    WarmStartSettings,
+)
 
 EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 NAME_RULE = (EXPERIMENT_NAME, "1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit")

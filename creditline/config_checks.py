@@ -49,11 +49,9 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
-import pandas as pd
-
 from creditline.envs import UnknownEnvironment, environment_factory, make_env
 from creditline.param_kinds import is_number, kind_mismatch, whole_number
-from creditline.rollout import CHAT_FORMATS
+from creditline.stage_settings import CHAT_FORMATS
 
 
 def registered(module: str, name: str) -> Callable[[], Any]:
@@ -671,6 +669,8 @@ def _estimator_failure(estimator: str, params_json: str) -> str | None:
 
 
 def _try_estimator(estimator: str, params: Mapping[str, Any]) -> None:
+    import pandas as pd  # imported by the estimators anyway; not by every reader of a config
+
     advantages = importlib.import_module("creditline.advantages")
     advantages.params_hash(estimator, params)
     # Numeric warnings (an overflow from gamma = 1e300) are the estimator's to judge, not the config's.

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-DEFAULT_CHUNK_TOKENS = 512
+from creditline.stage_settings import DEFAULT_CHUNK_TOKENS
 
 
 def target_ids(input_ids: torch.Tensor) -> torch.Tensor:

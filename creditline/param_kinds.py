@@ -10,15 +10,21 @@ refuses it in `resolve`, so `creditline advantages --param` and `compute(...)` o
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Integral, Real
 from typing import Any
 
-import numpy as np
+
+def is_bool(value: Any) -> bool:
+    """A Python or numpy bool. numpy is not imported for it: a numpy bool exists only once numpy is (and
+    every config check runs this, `creditline --help` included)."""
+    numpy = sys.modules.get("numpy")
+    return isinstance(value, bool) or (numpy is not None and isinstance(value, numpy.bool_))
 
 
 def whole_number(value: Any) -> int | None:
     """`value` as an int if it is a whole number (not a bool), else None."""
-    if isinstance(value, bool | np.bool_):
+    if is_bool(value):
         return None
     if isinstance(value, Integral):
         return int(value)
@@ -28,13 +34,13 @@ def whole_number(value: Any) -> int | None:
 
 
 def is_number(value: Any) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool | np.bool_)
+    return isinstance(value, Real) and not is_bool(value)
 
 
 def kind_mismatch(value: Any, default: Any) -> str | None:
     """What a value must be to stand where `default` does ("an integer", ...), or None if `value` may."""
     if isinstance(default, bool):
-        ok, kind = isinstance(value, bool | np.bool_), "true or false"
+        ok, kind = is_bool(value), "true or false"
     elif isinstance(default, int):
         ok, kind = isinstance(value, Integral) and whole_number(value) is not None, "an integer"
     elif isinstance(default, float):

@@ -28,7 +28,7 @@ The values are computed after the round's update (PRIME updates the PRM on the b
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,24 +40,8 @@ from transformers.utils import logging as transformers_logging
 from creditline import implicit_prm, progress_model
 from creditline.ids import derive_seed
 from creditline.policy import load_policy, load_tokenizer
+from creditline.stage_settings import RewardModelSettings
 from creditline.trainer import PackedBatch, micro_batches, pack
-
-
-@dataclass(frozen=True)
-class RewardModelSettings:
-    """`[reward_model]`: how the step-reward model of `prime` and `spa` is trained each round."""
-
-    learning_rate: float = field(default=3e-4, metadata={"range": "(0, 1]"})
-    """AdamW's step size (PRIME: 1e-6, SPA-RL: 3e-6, on 3B-7B models; the tiny built-in policy needs far more)."""
-    epochs: int = field(default=1, metadata={"range": "[1, 1000]"})
-    """Passes over the round's episodes (PRIME: one update on each batch)."""
-    minibatches: int = field(default=4, metadata={"range": "[1, 100_000]"})
-    """Optimiser steps per epoch; episodes are shuffled into this many parts."""
-    beta: float = field(default=0.05, metadata={"range": "(0, 100]"})
-    """prime: β of the implicit reward β · log π_φ / π_ref (PRIME's 0.05)."""
-    max_grad_norm: float = field(default=1.0, metadata={"range": "(0, 1000]"})
-    micro_batch_tokens: int = field(default=16_384, metadata={"range": "[1, 100_000_000]"})
-    """Padded tokens (rows × longest row) per forward pass."""
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,7 @@ from creditline.conversation import Conversation, has_chat_template, require_cha
 from creditline.engines.base import Engine, SamplingParams
 from creditline.engines.stop_strings import cut_after_stop
 from creditline.envs.base import Environment, Observation
-
-PROMPT_FORMATS = ("auto", "chat", "chat-last", "plain")
-"""`auto`: chat when the tokenizer has a chat template, plain otherwise."""
-CHAT_FORMATS = ("chat", "chat-last")
-"""The formats rendered by the tokenizer's chat template."""
+from creditline.stage_settings import CHAT_FORMATS, PROMPT_FORMATS
 
 
 @dataclass(frozen=True)

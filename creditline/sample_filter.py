@@ -29,8 +29,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-FILTERS = ("none", "prof")
-
 
 def consistency(scores: pd.DataFrame, success: pd.Series) -> pd.Series:
     """s_i per episode (indexed by episode_id) from the step rewards of `scores` and `success` (by episode_id)."""

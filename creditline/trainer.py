@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -53,37 +53,8 @@ from creditline.distributed import (
     whole_optimizer_state,
 )
 from creditline.faults import failpoint
-from creditline.logprobs import DEFAULT_CHUNK_TOKENS, completion_logprobs
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    learning_rate: float = field(default=2e-3, metadata={"range": "(0, 1]"})
-    """AdamW's step size."""
-    epochs: int = field(default=2, metadata={"range": "[1, 1000]"})
-    """Passes over the round's step rows."""
-    minibatches: int = field(default=4, metadata={"range": "[1, 100_000]"})
-    """Optimiser steps per epoch; rows are shuffled into this many parts (at most a round's episodes)."""
-    clip_eps: float = field(default=0.2, metadata={"range": "(0, 1]"})
-    """PPO clip range ε."""
-    entropy_coef: float = field(default=0.0, metadata={"range": "[0, 1]"})
-    """Weight β_H of the entropy bonus −β_H·H̄ (mean next-token entropy over completion tokens)."""
-    max_grad_norm: float = field(default=1.0, metadata={"range": "(0, 1000]"})
-    """Gradients are clipped to this global norm."""
-    weight_decay: float = field(default=0.0, metadata={"range": "[0, 1]"})
-    """AdamW's decoupled weight decay."""
-    micro_batch_tokens: int = field(default=16_384, metadata={"range": "[1, 100_000_000]"})
-    """Padded tokens (rows × longest row) per forward pass; larger minibatches accumulate gradients."""
-    logprob_chunk_tokens: int = field(default=DEFAULT_CHUNK_TOKENS, metadata={"range": "[1, 1_000_000]"})
-    """Completion positions whose full-vocabulary logits exist at once (peak ≈ this × vocabulary floats)."""
-    kl_coef: float = field(default=0.0, metadata={"range": "[0, 10]"})
-    """β_KL of the k3 KL to the reference (initial) policy; 0 is off and loads no reference model."""
-    tis_cap: float = field(default=0.0, metadata={"range": "[0, 1000]"})
-    """C of truncated importance sampling, weight min(π_old/μ, C); 0 is off (ratio against μ)."""
-    bf16: bool = True
-    """bf16 autocast of the forward pass on CUDA (log-softmax in fp32); no effect on CPU."""
-    gradient_checkpointing: bool = False
-    """Recompute the transformer's activations in the backward pass (less memory, ~30 % more time)."""
+from creditline.logprobs import completion_logprobs
+from creditline.stage_settings import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -216,7 +187,7 @@ def score(
     model: torch.nn.Module,
     batch: PackedBatch,
     temperature: float,
-    config: TrainConfig = TrainConfig(),
+    config: TrainConfig = TrainConfig(),  # noqa: B008 (a frozen dataclass)
     top_p: float = 1.0,
 ) -> torch.Tensor:
     """The model's log-prob of every completion token, (R, L) on the CPU (0 elsewhere), no gradients.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -27,23 +26,12 @@ from creditline.engines.base import Completion, SamplingParams
 from creditline.envs.base import Environment
 from creditline.ids import derive_seed
 from creditline.rollout import run_episodes
+from creditline.stage_settings import WarmStartSettings
 from creditline.trainer import TrainConfig, micro_batches, pack, rows_logprobs, score
 from creditline.turn_packing import merge_turns
 
 DEMONSTRATION_EXPERIMENT = "warm-start"
 """The experiment name the demonstration episodes' ids are derived from (they are never stored)."""
-
-
-@dataclass(frozen=True)
-class WarmStartSettings:
-    episodes: int = field(default=0, metadata={"range": "[0, 100_000]"})
-    """Demonstration episodes of random well-formed actions; 0 turns the warm start off."""
-    epochs: int = field(default=3, metadata={"range": "[1, 100]"})
-    """Passes over the demonstrations (one training row per episode)."""
-    learning_rate: float = field(default=3e-3, metadata={"range": "(0, 1]"})
-    """AdamW's step size."""
-    batch_rows: int = field(default=8, metadata={"range": "[1, 100_000]"})
-    """Training rows per optimiser step (a multi-turn chat episode is one row)."""
 
 
 class DemonstrationEngine:

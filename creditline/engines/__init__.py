@@ -1,12 +1,29 @@
-"""Generation engines behind one protocol: `TorchEngine` everywhere, `VLLMEngine` where vLLM is installed."""
+"""Generation engines behind one protocol: `TorchEngine` everywhere, `VLLMEngine` where vLLM is installed.
+
+Neither engine is imported with the package: `creditline.engines.base` (the protocol and `SamplingParams`,
+which every config reads) must not cost an import of torch; `TorchEngine` is imported when first named.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from creditline.engines.base import Completion, Engine, SamplingParams
-from creditline.engines.torch_engine import TorchEngine
+
+if TYPE_CHECKING:
+    from creditline.engines.torch_engine import TorchEngine
+
+
+def __getattr__(name: str):
+    """`creditline.engines.TorchEngine`, imported on first use (PEP 562)."""
+    if name == "TorchEngine":
+        from creditline.engines.torch_engine import TorchEngine
+
+        return TorchEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _TORCH_ENGINES: dict[tuple[str, str, str], TorchEngine] = {}
 """The last torch engine built for a recorded checkpoint: a round's rollouts play the checkpoint that the
@@ -21,6 +38,8 @@ def make_engine(
     is a `VLLMSettings` (its device is `device`). A torch engine for a folder given with its recorded `content_hash` is kept until the next
     one (or `release_generation_memory`)."""
     if kind == "torch":
+        from creditline.engines.torch_engine import TorchEngine
+
         if content_hash is None:
             return TorchEngine.from_checkpoint(folder, device)
         key = (str(folder), device, content_hash)

@@ -21,14 +21,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from creditline.faults import failpoint
 from creditline.store.records import FileRecord
+
+if TYPE_CHECKING:  # imported by the Parquet functions when called: reading the catalog needs neither
+    import pandas as pd
+    import pyarrow as pa
 
 _CHUNK = 1 << 20
 
@@ -172,6 +172,8 @@ def _atomic_file(path: PathLike) -> Iterator[tuple[Path, Any]]:
 
 
 def _to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
+    import pyarrow as pa
+
     if isinstance(frame, pa.Table):
         return frame
     return pa.Table.from_pandas(frame, preserve_index=False)
@@ -184,6 +186,8 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: PathLike) -> File
     fingerprint is the landed file's, and only if it is still the inode that was hashed (a writer that replaced
     it in between leaves None: readers re-hash).
     """
+    import pyarrow.parquet as pq
+
     table = _to_arrow(frame)
     final = Path(path).absolute()
     with _atomic_file(final) as (tmp, fh):
@@ -203,6 +207,8 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: PathLike) -> File
 
 def read_parquet(path: PathLike) -> pd.DataFrame:
     """Read a Parquet file written by ``write_parquet_atomic`` back into pandas."""
+    import pyarrow.parquet as pq
+
     return pq.read_table(path).to_pandas()
 
 
