@@ -15,11 +15,16 @@ Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./cred
 `--debug` (tracebacks instead of one-line errors). Expected errors (a bad config, argument or input
 file, a failed blocking check) print `error: ...` lines and exit 2; a failed round exits 1.
 `--experiment` defaults to the default experiment's name, `--round` to the newest round.
+
+Each command imports what it uses, when it runs: `--help`, `report` and `lineage` read the DuckDB catalog
+and never import torch, transformers, Dagster, MLflow or vLLM (`tests/test_import_graph.py`; `make
+bench-startup` times them).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -28,24 +33,14 @@ import time
 from pathlib import Path
 
 from creditline.config import MAX_ROUNDS, ExperimentConfig, load_config, registration
+from creditline.config_checks import field_default
 from creditline.deployment import load_deployment, redact
 from creditline.store import LineageStore
 from creditline.store.connection import is_postgres
+from creditline.store.data_root import DATA_ROOT_ENV, default_data_root, open_store
 from pipelines.reachability import check_reachable
-from pipelines.round_runner import (
-    RoundInterrupted,
-    RoundStopped,
-    execute_partition,
-    failure_lines,
-    reclaim_dead,
-    refuse_if_in_flight,
-    stopped_by_checks,
-    wait_for_pools,
-)
-from resources import deployed_resources
-from resources.lineage import DATA_ROOT_ENV, default_data_root
 
-DEFAULT_EXPERIMENT = ExperimentConfig().name
+DEFAULT_EXPERIMENT = field_default(ExperimentConfig, "name")
 
 
 class UsageError(ValueError):
@@ -79,7 +74,10 @@ def _write_out(write, text: str):
 
 
 def _store(data_root: str) -> LineageStore:
-    return deployed_resources(data_root)["lineage"].store()
+    """The store `deployed_resources(data_root)["lineage"]` opens (the same object), without Dagster's import."""
+    deployment = load_deployment()
+    return open_store(data_root, deployment.catalog, deployment.storage_uri,
+                      json.dumps(deployment.storage_options, sort_keys=True))  # fmt: skip
 
 
 def _known_experiment(store: LineageStore, name: str) -> None:
@@ -96,7 +94,9 @@ def cmd_run(args) -> int:
     from creditline.store.leases import hold_lease
     from creditline.store.rounds import round_commits
     from pipelines.instance import get_instance
+    from pipelines.round_runner import reclaim_dead, refuse_if_in_flight
     from pipelines.rubric_partitions import sync_rubric_partitions
+    from resources import deployed_resources
     from resources.tracker import check_writable
 
     config = load_config(args.config, name=args.experiment)
@@ -133,6 +133,7 @@ def _run_round(args, instance, store, experiment: str, round_: int, rounds: int)
     from assets.partitions import ROUNDS, round_key
     from pipelines.definitions import ROUND_JOB
     from pipelines.reaper import close_round_tracking
+    from pipelines.round_runner import RoundInterrupted, execute_partition, wait_for_pools
     from pipelines.sensors import EXPERIMENT_TAG
 
     key = round_key(experiment, round_)
@@ -159,6 +160,7 @@ def _round_failed(args, experiment: str, round_: int, result) -> int:
     """Say why a round failed: a failed blocking check, or a step failed with an expected error class (a changed
     input, say), is an expected error (exit 2); anything else a failed round (exit 1)."""
     from pipelines.reaper import close_round_tracking
+    from pipelines.round_runner import RoundStopped, failure_lines, stopped_by_checks
 
     expected = {cls.__name__ for cls in _expected_errors()}
     lines = failure_lines(result, args.debug, expected) or ["see the run in the Dagster UI"]
@@ -182,6 +184,7 @@ def _round_failed(args, experiment: str, round_: int, result) -> int:
 def cmd_register(args) -> int:
     """Register an experiment without running it: the round sensor (Dagster UI) will advance it."""
     from pipelines.instance import get_instance
+    from pipelines.round_runner import reclaim_dead
     from pipelines.rubric_partitions import sync_rubric_partitions
 
     config = load_config(args.config, name=args.experiment)
@@ -241,6 +244,7 @@ def cmd_rescore(args) -> int:
     from pipelines import dagster_client
     from pipelines.definitions import RESCORE_JOB
     from pipelines.instance import get_instance
+    from pipelines.round_runner import execute_partition, failure_lines, reclaim_dead
     from pipelines.rubric_partitions import sync_rubric_partitions
 
     store = _store(args.data_root)
@@ -336,6 +340,7 @@ def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> 
     """Committed rounds whose MLflow run is missing or not FINISHED; runs left RUNNING by nobody."""
     from creditline.store import Problem
     from creditline.store.rounds import EXPERIMENT_RUN_ROUND, round_commits, tracking_runs
+    from resources import deployed_resources
 
     tracker = deployed_resources(data_root)["tracker"]
     runs = tracking_runs(store, experiment)
@@ -480,7 +485,7 @@ def _chat_system(store: LineageStore, config, round_: int) -> str | None:
     """The system message of a round played here: the environment's `instructions` when its prompts were
     chat conversations (`prompt_format` chat/chat-last, or "auto" with a tokenizer that has a template)."""
     from creditline.lineage_chain import parent_record
-    from creditline.rollout import CHAT_FORMATS
+    from creditline.stage_settings import CHAT_FORMATS
 
     prompt_format = config.rollouts.prompt_format
     if prompt_format == "auto":
@@ -569,7 +574,9 @@ def cmd_import(args) -> int:
     from creditline.store.leases import hold_lease
     from creditline.verifiers_import import read_source, record_source, source_tables, token_id_problem
     from pipelines.instance import get_instance
+    from pipelines.round_runner import reclaim_dead, refuse_if_in_flight
     from pipelines.rubric_partitions import sync_rubric_partitions
+    from resources import deployed_resources
     from schemas import SCHEMAS, validate
 
     config = load_config(args.config, name=args.experiment)
@@ -754,28 +761,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    """Failures a user causes and can fix: one line each, exit 2 (everything else is a bug)."""
-    from creditline.advantages import AdvantageInputError
-    from creditline.config_checks import ConfigError
-    from creditline.deployment import DeploymentError
-    from creditline.lineage_chain import ParentCheckpointError
-    from creditline.store import ExperimentConfigMismatch, StoreLockedError
-    from creditline.store.errors import (
-        CatalogDamagedError,
-        CatalogTooNewError,
-        CatalogUnreachableError,
-        ChangedInputError,
-        TrackingStoreError,
-    )
-    from creditline.store.leases import LeaseHeldError
-    from pipelines.reachability import StoreUnreachable
-    from schemas import TableValidationError
+EXPECTED_ERRORS = {
+    "pipelines.round_runner": ("RoundStopped",),
+    "creditline.config_checks": ("ConfigError",),
+    "creditline.store.errors": ("ExperimentConfigMismatch", "StoreLockedError", "CatalogTooNewError",
+                                "CatalogUnreachableError", "CatalogDamagedError", "TrackingStoreError",
+                                "ChangedInputError"),
+    "creditline.store.leases": ("LeaseHeldError",),
+    "creditline.lineage_chain": ("ParentCheckpointError",),
+    "schemas.validate": ("TableValidationError",),
+    "creditline.advantages.table": ("AdvantageInputError",),
+    "creditline.deployment": ("DeploymentError",),
+    "pipelines.reachability": ("StoreUnreachable",),
+}  # fmt: skip
+"""Failures a user causes and can fix (besides `UsageError`), by the module that defines them: one line each,
+exit 2 (everything else is a bug)."""
 
-    return (UsageError, RoundStopped, ConfigError, ExperimentConfigMismatch, StoreLockedError, LeaseHeldError,
-            ParentCheckpointError, TableValidationError, AdvantageInputError, DeploymentError,
-            StoreUnreachable, CatalogTooNewError, CatalogUnreachableError, CatalogDamagedError, TrackingStoreError,
-            ChangedInputError)  # fmt: skip
+
+def _expected_errors(imported_only: bool = False) -> tuple[type[BaseException], ...]:
+    """`UsageError` and the classes of EXPECTED_ERRORS. `imported_only`: only those whose module this process
+    has imported: an exception can only be raised once its class's module is, so catching one imports nothing
+    the command did not (a `report`'s one-line error costs no import of Dagster or pandera)."""
+    found: list[type[BaseException]] = [UsageError]
+    for module, names in EXPECTED_ERRORS.items():
+        loaded = sys.modules.get(module) if imported_only else importlib.import_module(module)
+        found += [getattr(loaded, name) for name in names] if loaded is not None else []
+    return tuple(found)
 
 
 def _interrupt(signum, frame):
@@ -807,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: a round left incomplete is completed by `creditline run` again", file=sys.stderr)
         return 130
-    except _expected_errors() as exc:
+    except _expected_errors(imported_only=True) as exc:
         if args.debug:
             raise
         for line in str(exc).splitlines() or [type(exc).__name__]:

@@ -3,8 +3,9 @@
 import json
 
 from creditline.deployment import Deployment, load_deployment
+from creditline.store.data_root import default_data_root
 from resources.engine import EngineResource
-from resources.lineage import LineageResource, default_data_root
+from resources.lineage import LineageResource
 from resources.tracker import TrackerResource
 
 

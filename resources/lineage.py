@@ -16,8 +16,6 @@ follows from (experiment, round, table, variant) alone.
 from __future__ import annotations
 
 import functools
-import json
-import os
 from pathlib import Path
 
 import dagster as dg
@@ -25,27 +23,10 @@ import dagster as dg
 from creditline.config import ExperimentConfig, read_registered
 from creditline.liveness import this_process
 from creditline.store import LineageStore
-from creditline.store.objects import ObjectStore
+from creditline.store.data_root import catalog_target, open_store, store_at
 
-DATA_ROOT_ENV = "CREDITLINE_DATA_ROOT"
-CATALOG = "lineage.duckdb"
 PROCESS_TAG = "creditline/process"
 """Run tag naming the process that executes the run (`creditline.liveness.ProcessId`)."""
-
-
-@functools.lru_cache(maxsize=16)
-def _store_at(path: str, storage: tuple[str, str, str] | None = None) -> LineageStore:
-    """One store object per catalog file and process: its schema is created once, not per call.
-
-    Nothing is created until the first query (so a read-only command on a mistyped root creates nothing).
-    """
-    objects = None if storage is None else ObjectStore(storage[0], storage[1], json.loads(storage[2]))
-    return LineageStore(path, objects=objects)
-
-
-def default_data_root() -> str:
-    """`$CREDITLINE_DATA_ROOT`, else `./creditline-data`, as an absolute path."""
-    return str(Path(os.environ.get(DATA_ROOT_ENV, "creditline-data")).resolve())
 
 
 class LineageResource(dg.ConfigurableResource):
@@ -69,11 +50,10 @@ class LineageResource(dg.ConfigurableResource):
 
     @property
     def catalog_target(self) -> str:
-        return self.catalog or str(self.root / CATALOG)
+        return catalog_target(self.data_root, self.catalog)
 
     def store(self) -> LineageStore:
-        storage = (self.storage_uri, str(self.root), self.storage_options_json) if self.storage_uri else None
-        return _store_at(self.catalog_target, storage)
+        return open_store(self.data_root, self.catalog, self.storage_uri, self.storage_options_json)
 
     def round_dir(self, experiment: str, round_: int) -> Path:
         return self.root / experiment / f"r{round_:03d}"
@@ -97,7 +77,7 @@ class LineageResource(dg.ConfigurableResource):
 @functools.lru_cache(maxsize=64)
 def _registered_config(catalog: str, name: str) -> ExperimentConfig:
     """A failed lookup is not cached: an experiment registered later is found."""
-    stored = _store_at(catalog).experiment_config(name)
+    stored = store_at(catalog).experiment_config(name)
     if stored is None:
         raise ValueError(
             f"experiment {name!r} is not registered in {catalog}; "

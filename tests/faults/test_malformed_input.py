@@ -147,7 +147,8 @@ def _no_rounds(monkeypatch):
     def refuse(instance, data_root, job_name, partition_key, tags=None):
         raise RoundStarted(f"the input was accepted: {job_name} {partition_key} was about to execute")
 
-    monkeypatch.setattr("pipelines.cli.execute_partition", refuse)
+    # the commands import it from the round runner when they run
+    monkeypatch.setattr("pipelines.round_runner.execute_partition", refuse)
 
 
 @pytest.fixture(scope="module")
