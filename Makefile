@@ -7,6 +7,7 @@
 #   make bench-overhead  a Dagster round vs the same round's core work: the per-round overhead share
 #   make bench-trainer   one training step at vocabulary 151,936: chunked vs full-vocabulary log-probs
 #   make bench-rollout   the torch engine against vLLM on the same model and prompts: tokens/s of each
+#   make bench-startup   the start of --help, report and lineage beside `python -c pass` (best of 3 wall times)
 #   make lint   ruff check + format check
 
 PYTHON ?= python3
@@ -16,7 +17,7 @@ DATA_ROOT ?= $(CURDIR)/creditline-data
 UI_PORT ?= 3000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test servers ui bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout lint install install-test clean
+.PHONY: run test servers ui bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -113,6 +114,9 @@ bench-chat: install-test
 
 bench-rollout: install-test
 	.venv-vllm/bin/python bench/rollout.py
+
+bench-startup: install
+	$(BIN)/python bench/startup.py
 
 lint: install-test
 	$(BIN)/ruff check .
