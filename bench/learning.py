@@ -117,6 +117,8 @@ ADDED_SINCE_RUNS = (
     ("advantages", "filter_remove"),
     ("reward_model", None),
     ("rollouts", "dtype"),
+    ("eval", "verifiers"),
+    ("verifiers", "select"),
 )
 """Config sections (None: the whole section) and fields added after runs on file were played: left out of a
 run's key while at their defaults, so those runs still count (as a registered config reads back,
