@@ -12,9 +12,11 @@ from assets.persist import (
     lookup_artifact,
     materialized,
     read_checked,
+    record_run,
     record_table,
     recorded_output,
     reusable,
+    round_run,
     write_table,
 )
 from creditline.advantages import params_hash
@@ -82,18 +84,23 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
             else {}
         ),
     }
-    if record is None:  # else an earlier attempt got this far
-        written = write_table(lineage, frame, table="advantages", experiment=experiment, round_=round_)
-        record = record_table(
-            context, lineage, written, kind="advantages", experiment=experiment, round_=round_,
-            meta={"estimator": settings.estimator, "params": settings.params, "params_hash": digest,
-                  **({"sample_filter": settings.sample_filter, "filter_remove": settings.filter_remove}
-                     if settings.sample_filter != "none" else {})},
-            parents=parents,
-        )  # fmt: skip
-    log_round(
-        context, lineage, tracker, config, "advantages", VERSION, record, metrics, artifacts=[str(picture)]
+    written = (
+        None
+        if record is not None  # an earlier attempt got this far
+        else write_table(lineage, frame, table="advantages", experiment=experiment, round_=round_)
     )
+    run_id = round_run(lineage, tracker, config, round_)
+    with store.session():  # the records only
+        if written is not None:
+            record = record_table(
+                context, lineage, written, kind="advantages", experiment=experiment, round_=round_,
+                meta={"estimator": settings.estimator, "params": settings.params, "params_hash": digest,
+                      **({"sample_filter": settings.sample_filter, "filter_remove": settings.filter_remove}
+                         if settings.sample_filter != "none" else {})},
+                parents=parents,
+            )  # fmt: skip
+        record_run(context, lineage, config, "advantages", VERSION, round_, run_id)
+    log_round(context, tracker, "advantages", run_id, record, metrics, artifacts=[str(picture)])
     return materialized(
         record, estimator=settings.estimator, params_hash=digest, **metrics,
         credit_per_step=dg.MetadataValue.md(f"![credit per step](data:image/png;base64,{base64.b64encode(png).decode()})"),

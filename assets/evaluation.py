@@ -8,7 +8,16 @@ import dagster as dg
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, record_table, recorded_output, reusable, write_table
+from assets.persist import (
+    log_round,
+    materialized,
+    record_run,
+    record_table,
+    recorded_output,
+    reusable,
+    round_run,
+    write_table,
+)
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
 from creditline.policy import load_tokenizer
@@ -21,19 +30,25 @@ VERSION = code_version(__name__)
 
 
 def _evaluate_policy(
-    context, lineage, engine, config, policy: ArtifactRecord, round_: int
+    context, lineage, engine, config, policy: ArtifactRecord | None, round_: int, run_id: str | None = None
 ) -> tuple[ArtifactRecord, list[EvaluationRecord]]:
-    """Evaluate one checkpoint, write its episode table, record its summary; returns the table's record and
-    the experiment's evaluations up to this round (the learning curve so far)."""
-    parents = [(policy.content_hash, "evaluates")]
+    """Evaluate one checkpoint (None: round `round_`'s, as recorded), write its episode table, record its summary
+    (and link this Dagster run to the round's MLflow run `run_id` in the same session); returns the table's record
+    and the experiment's evaluations up to this round (the learning curve so far)."""
     store = lineage.store()
     with store.session():  # the lineage reads only
+        policy = policy or store.artifact(config.name, round_, "checkpoint")
+        if policy is None:
+            raise FileNotFoundError(f"{config.name} round {round_}: no checkpoint recorded")
+        parents = [(policy.content_hash, "evaluates")]
         record = recorded_output(lineage, config.name, round_, "evaluation", parents)
         history = [e for e in store.evaluations(config.name) if e.round <= round_]
     record = reusable(lineage, record)
     if record is not None and any(e.round == round_ and e.policy_hash == policy.content_hash
                                   for e in history):  # fmt: skip
-        return record, history  # an earlier attempt got this far
+        if run_id is not None:  # an earlier attempt got this far
+            record_run(context, lineage, config, "evaluation", VERSION, round_, run_id)
+        return record, history
     verify_checkpoint(policy)
     if config.eval.verifiers.env_id:  # a verifiers environment plays the evaluation
         episodes, summary = evaluate_in_verifiers(config, policy.path, round_)
@@ -52,6 +67,8 @@ def _evaluate_policy(
         evaluation = store.record_evaluation(
             EvaluationRecord(config.name, round_, policy.content_hash, **vars(summary))
         )
+        if run_id is not None:
+            record_run(context, lineage, config, "evaluation", VERSION, round_, run_id)
     return record, [*(e for e in history if e.round != round_), evaluation]
 
 
@@ -74,10 +91,8 @@ def evaluation(
     store = lineage.store()
     if round_ == 1:  # the baseline: the initial policy, evaluated once
         _evaluate_policy(context, lineage, engine, config, store.initial_policy(experiment), 0)
-    policy = store.artifact(experiment, round_, "checkpoint")
-    if policy is None:
-        raise FileNotFoundError(f"{experiment} round {round_}: no checkpoint recorded")
-    record, history = _evaluate_policy(context, lineage, engine, config, policy, round_)
+    run_id = round_run(lineage, tracker, config, round_)
+    record, history = _evaluate_policy(context, lineage, engine, config, None, round_, run_id)
     png = success_by_round([e.round for e in history], [e.success_rate for e in history],
                            [e.mean_return for e in history], f"{experiment}: held-out evaluation")  # fmt: skip
     plot_path = Path(record.path).with_name("success_by_round.png")
@@ -85,9 +100,7 @@ def evaluation(
     summary = dict(record.meta)
     baseline = history[0].success_rate
     metrics = {k: summary[k] for k in ("success_rate", "mean_return", "mean_steps", "invalid_action_rate")}
-    log_round(
-        context, lineage, tracker, config, "evaluation", VERSION, record, metrics, artifacts=[str(plot_path)]
-    )
+    log_round(context, tracker, "evaluation", run_id, record, metrics, artifacts=[str(plot_path)])
     return materialized(
         record, success_rate=summary["success_rate"], mean_return=summary["mean_return"],
         invalid_action_rate=summary["invalid_action_rate"], success_gain_over_initial=summary["success_rate"] - baseline,

@@ -2,8 +2,9 @@
 
 A stage's lineage reads, and its records, are bursts of DuckDB calls that may share one connection
 (`LineageStore.session`), which keeps the catalog locked against other processes while it is open. So the
-split: `lookup_artifact` and `recorded_output` touch only the catalog (inside the session); `read_checked`,
-`reusable`, `write_table` and `log_round` (files, hashing, schema validation, MLflow) run outside any session.
+split: `lookup_artifact`, `recorded_output`, `record_table` and `record_run` touch only the catalog (inside a
+session); `read_checked`, `reusable`, `write_table`, `round_run` and `log_round` (files, hashing, schema validation,
+MLflow) run outside any session. So a stage opens the catalog twice: once for its reads, once for its records.
 """
 
 from __future__ import annotations
@@ -79,7 +80,14 @@ def recorded_output(
     file must still exist; its bytes are checked by `reusable`, after the session (a stage passes the record
     through it before reusing it), by the blocking checks and by every reader.
     """
-    record = lineage.store().artifact(experiment, round_, kind, variant)
+    return matching_output(lineage.store().artifact(experiment, round_, kind, variant), parents, meta)
+
+
+def matching_output(
+    record: ArtifactRecord | None, parents: Sequence[tuple[str, str]], meta: Mapping | None = None
+) -> ArtifactRecord | None:
+    """`record` (read before, in the stage's lineage session) if it was recorded from exactly these parents and
+    `meta` facts and its file still exists, else None: `recorded_output` without the lineage read."""
     if record is None or set(record.parents) != {tuple(p) for p in parents}:
         return None
     if any(record.meta.get(k) != v for k, v in (meta or {}).items()) or not os.path.exists(record.path):
@@ -187,36 +195,44 @@ def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadat
     )
 
 
+def round_run(
+    lineage: LineageResource, tracker: TrackerResource, config: ExperimentConfig, round_: int
+) -> str:
+    """The round's MLflow run, created on first use (outside any lineage session: it talks to MLflow)."""
+    return tracker.round_run(lineage.store(), config.name, round_, config.to_dict())
+
+
+def record_run(context, lineage: LineageResource, config: ExperimentConfig, asset: str, version: str, round_: int,
+               run_id: str) -> None:  # fmt: skip
+    """Link this Dagster run's `asset` to the round's MLflow run in DuckDB: a lineage write, for the stage's records
+    session (before `log_round` logs to that run)."""
+    lineage.store().record_run(
+        RunRecord(context.run_id, config.name, round_, asset, run_id, version, config.to_dict())
+    )
+
+
 def log_round(
     context,
-    lineage: LineageResource,
     tracker: TrackerResource,
-    config: ExperimentConfig,
     asset: str,
-    version: str,
+    run_id: str,
     record: ArtifactRecord,
     metrics: dict[str, float],
     artifacts: list[str] | None = None,
     series: list[dict[str, float]] | None = None,
-) -> str:
-    """Add an asset's metrics (and per-update `series`) to its round's MLflow run; link the run in DuckDB.
+) -> None:
+    """Add an asset's metrics (and per-update `series`) to its round's MLflow run (`round_run`), in one batch.
 
     Metrics already on the run (logged by an attempt that was killed later) are not logged twice.
     """
-    store = lineage.store()
-    params = config.to_dict()
-    run_id = tracker.round_run(store, record.experiment, record.round, params)
     logged = tracker.logged_keys(run_id)
+    columns = {} if not series or any(key.startswith(f"{asset}{SERIES_MARK}") for key in logged) else {
+        f"{asset}{SERIES_MARK}{k}": [float(row[k]) for row in series] for k in series[0]}  # fmt: skip
     tracker.log(
         run_id,
         metrics={f"{asset}/{k}": v for k, v in metrics.items() if f"{asset}/{k}" not in logged},
         tags={f"dagster_run_id.{asset}": context.run_id, f"data_version.{asset}": record.content_hash},
         artifacts=artifacts,
+        series=columns,
     )
-    if series and not any(key.startswith(f"{asset}{SERIES_MARK}") for key in logged):
-        tracker.log_series(run_id, series, asset)
     failpoint(f"mlflow:{asset}")
-    store.record_run(
-        RunRecord(context.run_id, record.experiment, record.round, asset, run_id, version, params)
-    )
-    return run_id

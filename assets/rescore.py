@@ -14,7 +14,7 @@ import pandas as pd
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, persist_table, read_artifact
+from assets.persist import log_round, materialized, persist_table, read_artifact, record_run, round_run
 from creditline.advantages import params_hash
 from creditline.rescore import compare_rescoring
 from creditline.reward_model import reward_model_kind
@@ -100,7 +100,9 @@ def rescored_advantages(
         parents=[(record.content_hash, "compares"), (trained_record.content_hash, "compares")], meta=summary,
     )  # fmt: skip
     metrics = {f"{version}.{k}": v for k, v in vars(comparison).items() if isinstance(v, float)}
-    log_round(context, lineage, tracker, config, "rescore", VERSION, compared, metrics)
+    run_id = round_run(lineage, tracker, config, round_)
+    record_run(context, lineage, config, "rescore", VERSION, round_, run_id)
+    log_round(context, tracker, "rescore", run_id, compared, metrics)
     return materialized(
         record,
         rubric_version=version,

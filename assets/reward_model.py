@@ -24,9 +24,11 @@ from assets.persist import (
     lookup_artifact,
     materialized,
     read_checked,
+    record_run,
     record_table,
     recorded_output,
     reusable,
+    round_run,
     write_table,
 )
 from creditline.engines import release_generation_memory
@@ -81,6 +83,7 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
         )  # fmt: skip
     model_record = reusable(lineage, model_record)
     rewards_record = reusable(lineage, rewards_record) if model_record is not None else None
+    written = None
     if model_record is not None and rewards_record is not None:  # an earlier attempt got this far
         rewards, metrics = read_parquet(rewards_record.path), []
     else:
@@ -101,7 +104,9 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
         )
         content_hash, on_disk = hashed_folder(folder)
         written = write_table(lineage, rewards, table="model_rewards", experiment=experiment, round_=round_)
-        with store.session():  # the records only
+    run_id = round_run(lineage, tracker, config, round_)
+    with store.session():  # the records only
+        if written is not None:  # else an earlier attempt recorded both
             model_record = store.record_artifact(
                 ArtifactRecord(experiment, round_, "reward_model", str(folder), content_hash,
                                dagster_run_id=context.run_id, meta={"kind": kind.name, **on_disk}), parents)  # fmt: skip
@@ -111,11 +116,10 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
                 parents=[(model_record.content_hash, "computed_by"), (records["steps"].content_hash, "computed_from")],
                 meta={"kind": kind.name},
             )  # fmt: skip
+        record_run(context, lineage, config, "reward_model", VERSION, round_, run_id)
     values = rewards["model_reward"]
     summary = {"value_mean": float(values.mean()), "value_std": float(values.std()),
                **({"loss": metrics[-1]["loss"], "updates": len(metrics)} if metrics else {})}  # fmt: skip
     series = [{"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])} for m in metrics]
-    log_round(
-        context, lineage, tracker, config, "reward_model", VERSION, model_record, summary, series=series
-    )
+    log_round(context, tracker, "reward_model", run_id, model_record, summary, series=series)
     return materialized(rewards_record, kind=kind.name, reward_model=model_record.content_hash, **summary)

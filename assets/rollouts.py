@@ -13,7 +13,16 @@ import dagster as dg
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, record_table, recorded_output, reusable, write_table
+from assets.persist import (
+    log_round,
+    matching_output,
+    materialized,
+    record_run,
+    record_table,
+    reusable,
+    round_run,
+    write_table,
+)
 from creditline.branching import branch_links, branch_summary
 from creditline.lineage_chain import ensure_initial_policy, parent_record, verify_checkpoint
 from creditline.policy import load_tokenizer
@@ -63,6 +72,7 @@ def rollouts(
     with store.session():  # the lineage reads only
         parent = parent_record(store, experiment, round_)
         source = store.artifact(experiment, round_, "source")
+        earlier = {kind: store.artifact(experiment, round_, kind) for kind in ("episodes", "steps")}
     verify_checkpoint(parent)
     if source is None and config.verifiers.env_id:  # a verifiers environment plays the round
         with tempfile.TemporaryDirectory() as scratch:
@@ -76,10 +86,8 @@ def rollouts(
         if source is None
         else [(source.content_hash, "imported_from")]
     )
-    with store.session():  # the lineage reads only
-        episodes = recorded_output(lineage, experiment, round_, "episodes", generated_by)
-        steps = recorded_output(lineage, experiment, round_, "steps", generated_by)
-    episodes, steps = reusable(lineage, episodes), reusable(lineage, steps)
+    episodes = reusable(lineage, matching_output(earlier["episodes"], generated_by))
+    steps = reusable(lineage, matching_output(earlier["steps"], generated_by))
     if episodes is not None and steps is not None:  # an earlier attempt got this far
         episode_table, step_table = read_parquet(episodes.path), read_parquet(steps.path)
     else:
@@ -98,23 +106,26 @@ def rollouts(
     }
     branching = branch_summary(step_table)  # {} for a round without continuations
     branch_counts = {k: v for k, v in branching.items() if k != "links"}
+    written = None
+    common = dict(experiment=experiment, round_=round_)
     if steps is None or episodes is None:  # else an earlier attempt got this far
-        imported = {} if source is None else {"imported": source.meta.get("format")}
-        common = dict(experiment=experiment, round_=round_)
         written = [write_table(lineage, episode_table, table="episodes", **common),
                    write_table(lineage, step_table, table="steps", **common)]  # fmt: skip
-        with store.session():  # the records only
+    run_id = round_run(lineage, tracker, config, round_)
+    with store.session():  # the records only
+        if written is not None:
+            imported = {} if source is None else {"imported": source.meta.get("format")}
             episodes = record_table(
                 context, lineage, written[0], kind="episodes", parents=generated_by, **common
             )
             counts = {k: v for k, v in branching.items() if k in ("branch_points", "continuations")}
             steps = record_table(context, lineage, written[1], kind="steps", parents=generated_by,
                                  meta={"parent_checkpoint": parent.content_hash, **imported, **counts}, **common)  # fmt: skip
-    if branching:  # the continuations' links, by the steps table's hash (idempotent when re-run)
-        with store.session():
+        if branching:  # the continuations' links, by the steps table's hash (idempotent when re-run)
             store.record_branches(steps.content_hash, branch_links(step_table))
-        metrics.update(branch_counts)
-    log_round(context, lineage, tracker, config, "rollouts", VERSION, steps, metrics)
+        record_run(context, lineage, config, "rollouts", VERSION, round_, run_id)
+    metrics.update(branch_counts)
+    log_round(context, tracker, "rollouts", run_id, steps, metrics)
     context.log.info(
         f"{experiment} round {round_}: {len(episode_table)} episodes, {len(step_table)} steps, "
         f"success {metrics['success_rate']:.3f}, "

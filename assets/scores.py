@@ -9,9 +9,11 @@ from assets.persist import (
     lookup_artifact,
     materialized,
     read_checked,
+    record_run,
     record_table,
     recorded_output,
     reusable,
+    round_run,
     write_table,
 )
 from creditline.round import score_rollouts
@@ -53,10 +55,12 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
         if record is not None
         else write_table(lineage, frame, table="scores", experiment=experiment, round_=round_)
     )
+    run_id = round_run(lineage, tracker, config, round_)
     with store.session():  # the records only
         if written is not None:  # else an earlier attempt got this far
             record = record_table(context, lineage, written, kind="scores", experiment=experiment,
                                   round_=round_, meta=meta, parents=parents)  # fmt: skip
         record_rubrics(store, [rubric])  # the version stays a re-score partition
-    log_round(context, lineage, tracker, config, "scores", VERSION, record, metrics)
+        record_run(context, lineage, config, "scores", VERSION, round_, run_id)
+    log_round(context, tracker, "scores", run_id, record, metrics)
     return materialized(record, rubric_version=rubric.version, **metrics)

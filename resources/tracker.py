@@ -42,6 +42,9 @@ _CHECKED: set[tuple[str, str]] = set()
 """(catalog, run id) whose status this process has already checked (and reopened if needed)."""
 _OPENED: set[str] = set()
 """Embedded tracking stores this process has opened (created, migrated) under the first-start lock."""
+_LOGGED: dict[str, set[str]] = {}
+"""MLflow run id -> the metric keys on it, as this process knows them: a run it created starts empty, any other is
+read once from MLflow (what a killed attempt logged), and every `log` adds its keys."""
 
 
 def _flatten(prefix: str, value, out: dict[str, str]) -> dict[str, str]:
@@ -101,13 +104,11 @@ class TrackerResource(dg.ConfigurableResource):
         location = (Path(self.data_root) / "mlflow-artifacts" / experiment).as_uri()
         return client.create_experiment(experiment, artifact_location=location)
 
-    def _find_or_create(self, store: LineageStore, experiment: str, round_: int, tag: str, tags: dict,
-                        name: str, params: dict | None) -> str:  # fmt: skip
-        """The run recorded for (experiment, round), else one found by its tags, else a new one."""
+    def _find_or_create(self, store: LineageStore, experiment: str, round_: int, recorded: str | None, tag: str,
+                        tags: dict, name: str, params: dict | None) -> str:  # fmt: skip
+        """The run `recorded` for (experiment, round) (recorded once, never changed: first writer wins), else one found
+        by its tags, else a new one; the one recorded."""
         key = (store.path, experiment, round_)
-        if key in _RUN_IDS:  # recorded once, never changed (first writer wins): no query per asset
-            return _RUN_IDS[key]
-        recorded = tracking_run_id(store, experiment, round_)
         if recorded is not None:
             _RUN_IDS[key] = recorded
             return recorded
@@ -121,6 +122,8 @@ class TrackerResource(dg.ConfigurableResource):
             run_id = client.create_run(
                 experiment_id, run_name=name, tags={**tags, ROUND_TAG: tag}
             ).info.run_id
+            _LOGGED[run_id] = set()  # new: nothing is logged on it yet
+            _CHECKED.add((store.path, run_id))  # created RUNNING
             if params:
                 from mlflow.entities import Param
 
@@ -132,55 +135,67 @@ class TrackerResource(dg.ConfigurableResource):
 
     def experiment_run(self, store: LineageStore, experiment: str, config: dict) -> str:
         """The experiment's parent run (the config as its params), created on first use."""
-        return self._find_or_create(store, experiment, EXPERIMENT_RUN_ROUND, EXPERIMENT_RUN,
+        key = (store.path, experiment, EXPERIMENT_RUN_ROUND)
+        recorded = _RUN_IDS.get(key) or tracking_run_id(store, experiment, EXPERIMENT_RUN_ROUND)
+        return self._find_or_create(store, experiment, EXPERIMENT_RUN_ROUND, recorded, EXPERIMENT_RUN,
                                     {EXPERIMENT_TAG: experiment}, experiment, config)  # fmt: skip
 
     def round_run(self, store: LineageStore, experiment: str, round_: int, config: dict) -> str:
         """The round's child run, created once; reopened (RUNNING) while an uncommitted round is worked on.
 
-        A committed round's runs stay FINISHED: a re-score logs its comparison to them without reopening.
+        A committed round's runs stay FINISHED: a re-score logs its comparison to them without reopening. The lineage
+        is read in one session, once a round and process (the recorded run ids, whether the round is committed);
+        MLflow's status only of a run this process did not create or has closed since.
         """
-        parent = self.experiment_run(store, experiment, config)
-        run_id = self._find_or_create(store, experiment, round_, str(round_),
+        rounds = (EXPERIMENT_RUN_ROUND, round_)
+        known = {r: _RUN_IDS.get((store.path, experiment, r)) for r in rounds}
+        if all(rid is not None and (store.path, rid) in _CHECKED for rid in known.values()):
+            return known[round_]
+        with store.session():  # the lineage reads only
+            recorded = {r: known[r] or tracking_run_id(store, experiment, r) for r in rounds}
+            committed = round_ in round_commits(store, experiment)
+        parent = self._find_or_create(store, experiment, EXPERIMENT_RUN_ROUND, recorded[EXPERIMENT_RUN_ROUND],
+                                      EXPERIMENT_RUN, {EXPERIMENT_TAG: experiment}, experiment, config)  # fmt: skip
+        run_id = self._find_or_create(store, experiment, round_, recorded[round_], str(round_),
                                       {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
                                       f"{experiment} round {round_}", None)  # fmt: skip
-        if (store.path, run_id) not in _CHECKED and round_ not in round_commits(store, experiment):
-            client = self.client()
+        if not committed:
             for rid in (parent, run_id):
-                if client.get_run(rid).info.status != "RUNNING":
-                    client.update_run(rid, status="RUNNING")
-        _CHECKED.add((store.path, run_id))  # this process has (re)opened it, or found the round committed
+                if (store.path, rid) not in _CHECKED and self.status(rid) != "RUNNING":
+                    self.client().update_run(rid, status="RUNNING")
+        _CHECKED.update(
+            (store.path, rid) for rid in (parent, run_id)
+        )  # (re)opened, or the round is committed
         return run_id
 
     def log(self, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
-            artifacts: list[str] | None = None, step: int = 0) -> None:  # fmt: skip
-        """Log metrics (at `step`, stamped now), tags and artifact files to a run."""
+            artifacts: list[str] | None = None, step: int = 0, series: dict[str, list[float]] | None = None) -> None:  # fmt: skip
+        """Log metrics (at `step`, stamped now), tags, per-update `series` ({key: values}, step = index) and artifact
+        files to a run: the metrics and tags in one batch (MLflow takes 1,000 metrics a batch)."""
         from mlflow.entities import Metric, RunTag
 
         client = self.client()
         stamp = _now_ms()
-        client.log_batch(
-            run_id,
-            metrics=[Metric(k, float(v), stamp, step) for k, v in (metrics or {}).items()],
-            tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
-        )
+        points = [Metric(k, float(v), stamp, step) for k, v in (metrics or {}).items()]
+        points += [
+            Metric(k, float(v), stamp, i)
+            for k, values in (series or {}).items()
+            for i, v in enumerate(values)
+        ]
+        labels = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        for start in range(0, max(len(points), 1), 1000):
+            client.log_batch(run_id, metrics=points[start : start + 1000], tags=labels if start == 0 else [])
+        if run_id in _LOGGED:
+            _LOGGED[run_id].update(p.key for p in points)
         for path in artifacts or []:
             client.log_artifact(run_id, path)
 
-    def log_series(self, run_id: str, rows: list[dict[str, float]], asset: str) -> None:
-        """One metric series `<asset>.update/<column>` per column of `rows` (step = row index)."""
-        from mlflow.entities import Metric
-
-        stamp = _now_ms()
-        metrics = [Metric(f"{asset}{SERIES_MARK}{k}", float(v), stamp, step) for step, row in enumerate(rows)
-                   for k, v in row.items()]  # fmt: skip
-        client = self.client()
-        for start in range(0, len(metrics), 1000):
-            client.log_batch(run_id, metrics=metrics[start : start + 1000])
-
     def logged_keys(self, run_id: str) -> set[str]:
-        """Metric keys already on a run (a re-run after a kill does not log them twice)."""
-        return set(self.client().get_run(run_id).data.metrics)
+        """Metric keys already on a run (a re-run after a kill does not log them twice): read from MLflow once per
+        process and run, and for a run this process created, never."""
+        if run_id not in _LOGGED:
+            _LOGGED[run_id] = set(self.client().get_run(run_id).data.metrics)
+        return set(_LOGGED[run_id])
 
     def logged_at_step(self, run_id: str, key: str, step: int) -> bool:
         return any(m.step == step for m in self.client().get_metric_history(run_id, key))
@@ -191,6 +206,9 @@ class TrackerResource(dg.ConfigurableResource):
     def close(self, run_id: str, status: str = "FINISHED") -> None:
         """Set a run FINISHED, FAILED or KILLED with the current time as its end time."""
         self.client().set_terminated(run_id, status)
+        _CHECKED.difference_update(
+            {checked for checked in _CHECKED if checked[1] == run_id}
+        )  # no longer RUNNING
 
 
 def check_writable(tracker: TrackerResource) -> None:
