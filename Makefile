@@ -1,6 +1,7 @@
 # creditline: the handful of verbs. Everything installs itself into .venv on first use.
 #   make run    the default experiment (maze, GiGPO), then its report
-#   make test   the test suite (unit, schema, asset, end-to-end)
+#   make test   the test suite (unit, schema, asset, end-to-end, faults, the real vLLM engine): what CI runs
+#   make test-fast  the inner loop: unit and property tests of the core, no rounds (under 3 minutes)
 #   make ui     dagster dev on 127.0.0.1:3000 over the same instance `make run` used
 #   make bench  advantage estimators vs plain loops, 1M rows (~20 s)
 #   make bench-learning  the learning table: every estimator, 5 seeds, 4 tasks (hours; runs are kept)
@@ -17,7 +18,7 @@ DATA_ROOT ?= $(CURDIR)/creditline-data
 UI_PORT ?= 3000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test servers ui bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup lint install install-test clean
+.PHONY: run test test-fast servers ui bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +93,14 @@ test: servers
 	echo "== tests/faults (the fault matrices), beside the suite:"; cat .pytest-faults.log; \
 	echo "== .venv-vllm and tests/vllm_engine (the real vLLM engine), beside the suite:"; cat .pytest-vllm.log; \
 	exit $$(( suite || fault || engine ))
+
+# The inner loop: the core's unit and property tests (estimators, config, rollouts, exports, the store,
+# schemas, the import rules), without the tests that run rounds (`slow`), the fault matrices or vLLM.
+FAST_TESTS := tests/advantages tests/core tests/store tests/test_schemas.py tests/test_import_contract.py \
+	tests/test_import_graph.py
+test-fast: servers
+	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q --durations=5 -p no:cacheprovider -m "not slow" $(FAST_TESTS)
 
 ui: install
 	$(BIN)/python -c "from pipelines.instance import get_instance; get_instance('$(DATA_ROOT)').dispose()"
