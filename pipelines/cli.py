@@ -329,8 +329,9 @@ def cmd_lineage(args) -> int:
             raise UsageError(f"--round {args.round}: experiment {args.experiment!r} has no checkpoint for it; "
                              f"rounds with a checkpoint: {_spans(rounds)}")  # fmt: skip
     report = lineage_report(store, args.experiment, args.round)
-    if report is None:
-        print(f"no checkpoint for experiment {args.experiment!r} round {args.round}", file=sys.stderr)
+    if report is None:  # --round was checked above: no round has trained a checkpoint yet
+        print(f"experiment {args.experiment!r} has no trained checkpoint yet: no round has run "
+              "(`creditline run` trains round 1)", file=sys.stderr)  # fmt: skip
         return 1
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.as_text())
     return 0 if report.all_match else 1

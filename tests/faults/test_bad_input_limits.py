@@ -259,6 +259,16 @@ def test_lineage_of_a_round_without_a_checkpoint_is_a_bad_argument(capsys, root)
     assert_one_error_line(outcome, "--round 99", repr(STORED), "rounds with a checkpoint: 1")
 
 
+def test_lineage_of_an_experiment_without_rounds_says_so_in_one_line(capsys, empty_root):
+    config = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
+    registered = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config),
+                     "--experiment", "fresh")  # fmt: skip
+    assert registered.code == 0, registered.err
+    outcome = cli(capsys, "--data-root", str(empty_root), "lineage", "--experiment", "fresh")
+    assert outcome.code == 1 and len(outcome.lines) == 1, outcome.err  # not "round None"
+    assert "'fresh' has no trained checkpoint yet: no round has run" in outcome.err
+
+
 # --- 7. a config is code: none of it runs before its values are valid, nor when it is read back --------
 
 
