@@ -27,6 +27,7 @@ from creditline.export_pr941 import (
     played_rollout_fields,
     pr941_records,
     rebuilt_messages,
+    source_lines,
     source_messages,
     source_rollout_fields,
 )
@@ -69,13 +70,12 @@ def export_lines(
         return
     if format_ == "pr941":
         imported = source is not None and "source_ref" in rows
-        messages = (
-            source_messages(rows, source, source_format) if imported else rebuilt_messages(rows, system)
-        )
+        lines = source_lines(source) if imported else {}
+        messages = source_messages(rows, lines, source_format) if imported else rebuilt_messages(rows, system)
         provenance = {r["episode_id"]: _source(experiment, round_, r)
                       for r in rows.drop_duplicates("episode_id").to_dict("records")}  # fmt: skip
         fields = (
-            source_rollout_fields(rows, source, source_format) if imported else played_rollout_fields(rows)
+            source_rollout_fields(rows, lines, source_format) if imported else played_rollout_fields(rows)
         )
         records = pr941_records(experiment, round_, rows, messages, provenance, fields)
     elif (

@@ -116,10 +116,10 @@ def _token_usage(prompts: list[int], completions: list[int]) -> dict[str, float]
             "final_input_tokens": float(prompts[-1] + completions[-1] - generated)}  # fmt: skip
 
 
-def source_rollout_fields(rows: pd.DataFrame, path: Path, format_: str) -> dict[str, dict]:
+def source_rollout_fields(rows: pd.DataFrame, lines: dict[int, dict], format_: str) -> dict[str, dict]:
     """episode_id → the rollout-level fields verifiers saved for an imported episode (classic: its
-    `results.jsonl` line's own; v1: its trace's, in 0.3.x's shapes), found by the rows' `source_ref`."""
-    lines = dict(read_json_lines(path))
+    `results.jsonl` line's own; v1: its trace's, in 0.3.x's shapes), found by the rows' `source_ref` in
+    `lines` (`source_lines`)."""
     out = {}
     for episode_id, ref in rows.drop_duplicates("episode_id")[["episode_id", "source_ref"]].itertuples(
         index=False
@@ -258,10 +258,15 @@ def rebuilt_messages(rows: pd.DataFrame, system: str | None) -> list[tuple[list,
     return out
 
 
-def source_messages(rows: pd.DataFrame, path: Path, format_: str) -> list[tuple[list, list]]:
-    """(prompt, completion) messages of each row of an imported round, from the staged source file
-    (`results.jsonl` for "classic", `traces.jsonl` for "v1"), found by the row's `source_ref`."""
-    lines = dict(read_json_lines(path))
+def source_lines(path: Path) -> dict[int, dict]:
+    """Line number → record of an imported round's staged source file (`results.jsonl` for "classic",
+    `traces.jsonl` for "v1"), read once for `source_messages` and `source_rollout_fields`."""
+    return dict(read_json_lines(path))
+
+
+def source_messages(rows: pd.DataFrame, lines: dict[int, dict], format_: str) -> list[tuple[list, list]]:
+    """(prompt, completion) messages of each row of an imported round, from its source's `lines`
+    (`source_lines`), found by the row's `source_ref`."""
     out = []
     for ref in rows["source_ref"]:
         line, index = (int(x) for x in ref.split(":"))

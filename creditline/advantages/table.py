@@ -115,7 +115,7 @@ def _factorize(col: Any, name: str, sort: bool) -> tuple[np.ndarray, np.ndarray]
 def _sorting_permutation(uniques: np.ndarray) -> np.ndarray:
     """The permutation sorting distinct ids: Arrow's sort for text (byte order of UTF-8, which is code point
     order, as Python compares str; ~3x numpy's object sort), numpy's otherwise; mixed types by their text."""
-    if all(isinstance(u, str) for u in uniques[:1]):
+    if isinstance(uniques[0], str):  # the call passes at least one
         try:
             return pc.sort_indices(pa.array(uniques, type=pa.string())).to_numpy().astype(np.int64)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
