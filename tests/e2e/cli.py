@@ -1,12 +1,47 @@
-"""The `creditline` command as the end-to-end tests run it: a subprocess on a given data root."""
+"""The `creditline` command as the end-to-end tests run it, on a given data root.
 
+By default the command runs in the test's own process (`pipelines.cli.main`, its output captured): a
+subprocess would pay the seconds of importing torch, transformers, Dagster and MLflow on every call, and
+the end-to-end tests make about a hundred calls. What the process boundary itself decides (the entry point,
+signals, a kill) is tested through `subprocess=True` and by the fault tests, which always start processes.
+Each in-process call leaves the process as it found it: environment, SIGTERM handler, unraisable hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
 import os
-import subprocess
+import signal
+import subprocess as sp
 import sys
 from pathlib import Path
 
+DATA_ROOT = "CREDITLINE_DATA_ROOT"
 
-def creditline(data_root: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root)}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+
+def creditline(
+    data_root: Path, *args: str, timeout: int = 900, subprocess: bool = False
+) -> sp.CompletedProcess:
+    """`creditline ARGS` with CREDITLINE_DATA_ROOT=data_root: its exit code, stdout and stderr."""
+    if subprocess:
+        env = {**os.environ, DATA_ROOT: str(data_root)}
+        return sp.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
+                      timeout=timeout)  # fmt: skip
+    from pipelines.cli import main
+
+    environ, handler, hook = dict(os.environ), signal.getsignal(signal.SIGTERM), sys.unraisablehook
+    out, err = io.StringIO(), io.StringIO()
+    os.environ[DATA_ROOT] = str(data_root)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(arg) for arg in args])
+            except SystemExit as exc:  # argparse's usage errors exit 2
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        signal.signal(signal.SIGTERM, handler)
+        sys.unraisablehook = hook
+    return sp.CompletedProcess(["creditline", *map(str, args)], code, out.getvalue(), err.getvalue())

@@ -20,7 +20,9 @@ ROUND_KINDS = {"episodes", "steps", "scores", "advantages", "checkpoint", "train
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     data_root = tmp_path_factory.mktemp("data")
-    result = creditline(data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(TINY))
+    result = creditline(
+        data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(TINY), subprocess=True
+    )  # the command as a user starts it: its own process
     assert result.returncode == 0, result.stderr[-3000:]
     return data_root, result
 

@@ -1,7 +1,8 @@
 """Nothing half-trusted: the catalog's records, its files and its stores, damaged behind its back (issue 24).
 
 Each case prepares its own data root with real `creditline run`s (records hold absolute paths, so a copied root
-would still point at the original's files); the preparations run two at a time, once per module.
+would still point at the original's files), once per module. The commands run in the test's process
+(`e2e.cli.creditline`), except the one killed by a failpoint, which needs a process of its own.
 
 - A recorded hash edited in the catalog is not vouched for by the fingerprint taken with the old hash: the next
   round refuses the parent; `verify` names every round that consumed a changed input; `lineage` marks every
@@ -17,11 +18,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
 import pytest
+from e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
@@ -30,9 +31,10 @@ RUN = ("run", "--experiment", EXPERIMENT, "--config", str(TINY))
 
 
 def _creditline(data_root: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    if fault is None:
+        return creditline(data_root, *args)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLINE_FAULT")}
-    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1"}
-    env |= {"CREDITLINE_FAULT": fault} if fault else {}
+    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1", "CREDITLINE_FAULT": fault}
     return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
 
@@ -63,11 +65,7 @@ PREPARE = {"edited": _one_round, "tracking": _one_round, "parent": _one_round, "
 
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory) -> dict[str, Path]:
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {
-            name: pool.submit(prepare, tmp_path_factory.mktemp(name)) for name, prepare in PREPARE.items()
-        }
-        return {name: future.result() for name, future in futures.items()}
+    return {name: prepare(tmp_path_factory.mktemp(name)) for name, prepare in PREPARE.items()}
 
 
 def _sql(root: Path, sql: str, params: list | None = None) -> list:

@@ -8,7 +8,10 @@ process kills itself (SIGKILL: no cleanup, no `finally`) at that point of round 
   nothing trained twice),
 - leave `creditline verify` clean (files, edges both ways, round commits, MLflow runs) and no temp file,
 - record the killed attempt as a FAILED Dagster run, and leave no MLflow run RUNNING.
-The cases run two at a time (one process each per core); the matrix is printed at the end.
+The killed runs are processes of their own (one at a time); the re-runs, `verify` and the reference runs are
+`creditline` in the test's process (`e2e.cli.creditline`, on one torch thread as the killed processes), beside
+the next killed run: a re-run is the command's own code either way, and an in-process call saves the seconds
+of imports a process pays. The matrix is printed at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pytest
+import torch
+from e2e.cli import creditline
 
 from creditline.store.orphans import find_orphans
 
@@ -110,20 +115,29 @@ def _state(data_root: Path, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _play(data_root: Path, fault: str | None, config: Path = TINY) -> Outcome:
-    outcome = Outcome()
-    run = ("run", "--experiment", EXPERIMENT, "--config", str(config))
-    if fault:
-        killed = _creditline(data_root, *run, fault=fault)
-        outcome.killed_rc = killed.returncode
-        outcome.temp_after_kill = len(_temp_files(data_root))
-    rerun = _creditline(data_root, *run)
+def _kill(data_root: Path, fault: str, config: Path) -> Outcome:
+    killed = _creditline(data_root, *_run(config), fault=fault)
+    return Outcome(killed_rc=killed.returncode, temp_after_kill=len(_temp_files(data_root)))
+
+
+def _run(config: Path) -> tuple[str, ...]:
+    return ("run", "--experiment", EXPERIMENT, "--config", str(config))
+
+
+def _recover(data_root: Path, outcome: Outcome, config: Path) -> Outcome:
+    """A plain re-run and `verify` in this process (on one thread, as the killed process ran), then the state."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rerun = creditline(data_root, *_run(config))
+        verify = creditline(data_root, "verify", "--experiment", EXPERIMENT)
+    finally:
+        torch.set_num_threads(threads)
     outcome.rerun_rc, outcome.rerun_stdout, outcome.rerun_stderr = (
         rerun.returncode,
         rerun.stdout,
         rerun.stderr,
     )
-    verify = _creditline(data_root, "verify", "--experiment", EXPERIMENT)
     outcome.verify_rc, outcome.verify_out = verify.returncode, verify.stdout + verify.stderr
     outcome.temp_after_rerun = _temp_files(data_root) + [str(o.path) for o in find_orphans(data_root)]
     return _state(data_root, outcome)
@@ -131,19 +145,21 @@ def _play(data_root: Path, fault: str | None, config: Path = TINY) -> Outcome:
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory, kill_matrix_rows) -> tuple[Outcome, dict[str, Outcome]]:
-    """Every case and an uninterrupted reference run, two at a time."""
-    jobs = [("reference", None, TINY), ("prime reference", None, PRIME), *((n, f, TINY) for n, f in CASES),
-            *((n, f, PRIME) for n, f in PRIME_CASES)]  # fmt: skip
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(_play, tmp_path_factory.mktemp("kill"), fault, config)
-                   for name, fault, config in jobs}  # fmt: skip
-        outcomes = {name: future.result() for name, future in futures.items()}
-    reference, prime_reference = outcomes.pop("reference"), outcomes.pop("prime reference")
-    for (name, fault), outcome in zip([*CASES, *PRIME_CASES], outcomes.values(), strict=True):
-        ok = _problems(prime_reference if (name, fault) in PRIME_CASES else reference, outcome)
-        kill_matrix_rows.append((name, fault, outcome.killed_rc, outcome.temp_after_kill,
+    """Every case and an uninterrupted reference run: each killed process runs beside the re-run of the one before."""
+    cases = [(name, fault, TINY) for name, fault in CASES] + [
+        (name, fault, PRIME) for name, fault in PRIME_CASES
+    ]
+    roots = {name: tmp_path_factory.mktemp("kill") for name, _, _ in cases}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        killed = {name: pool.submit(_kill, roots[name], fault, config) for name, fault, config in cases}
+        references = {which: _recover(tmp_path_factory.mktemp("reference"), Outcome(), config)
+                      for which, config in (("tiny", TINY), ("prime", PRIME))}  # fmt: skip
+        outcomes = {name: _recover(roots[name], killed[name].result(), config) for name, _, config in cases}
+    for name, fault, config in cases:
+        ok = _problems(references["prime" if config == PRIME else "tiny"], outcomes[name])
+        kill_matrix_rows.append((name, fault, outcomes[name].killed_rc, outcomes[name].temp_after_kill,
                                  "; ".join(ok) if ok else "recovered"))  # fmt: skip
-    return {"tiny": reference, "prime": prime_reference}, outcomes
+    return references, outcomes
 
 
 def _problems(reference: Outcome, outcome: Outcome) -> list[str]:

@@ -55,7 +55,9 @@ def test_an_architecture_vllm_does_not_implement_is_one_line(tmp_path, untied_ch
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="head size 16 runs on a GPU")
 def test_serving_a_head_size_the_cpu_lacks_is_one_line_before_any_engine(tmp_path, tiny_policy_dir):
-    served = creditline(tmp_path / "data", "serve", "--engine", "vllm", "--policy", str(tiny_policy_dir))
+    served = creditline(
+        tmp_path / "data", "serve", "--engine", "vllm", "--policy", str(tiny_policy_dir), subprocess=True
+    )
     assert served.returncode == 2 and "Traceback" not in served.stderr
     errors = [line for line in served.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f'error: --engine vllm: --policy = "{tiny_policy_dir}": has attention head size 16, which '

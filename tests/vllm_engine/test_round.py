@@ -40,7 +40,7 @@ def small_config(tmp_path: Path, **replacements: str) -> Path:
 
 def test_two_rounds_on_the_vllm_engine_land_with_lineage_and_verify_clean(tmp_path):
     data = tmp_path / "data"
-    run = creditline(data, "run", "--config", str(small_config(tmp_path)))
+    run = creditline(data, "run", "--config", str(small_config(tmp_path)), subprocess=True)
     assert run.returncode == 0, run.stderr[-3000:]
     store = LineageStore(data / "lineage.duckdb")
     assert sorted(round_commits(store, EXPERIMENT)) == [1, 2]
@@ -52,11 +52,11 @@ def test_two_rounds_on_the_vllm_engine_land_with_lineage_and_verify_clean(tmp_pa
                                         zip(steps["completion_ids"], steps["completion_logprobs"], strict=True))  # fmt: skip
     parent = store.artifact(EXPERIMENT, 1, "checkpoint").content_hash
     assert (parent, "generated_by") in store.artifact(EXPERIMENT, 2, "steps").parents
-    lineage = creditline(data, "lineage", "--experiment", EXPERIMENT, "--json")
+    lineage = creditline(data, "lineage", "--experiment", EXPERIMENT, "--json", subprocess=True)
     assert lineage.returncode == 0, lineage.stderr
     kinds = {a["kind"] for a in json.loads(lineage.stdout)["artifacts"]}
     assert {"steps", "scores", "advantages", "checkpoint"} <= kinds
-    verify = creditline(data, "verify", "--experiment", EXPERIMENT)
+    verify = creditline(data, "verify", "--experiment", EXPERIMENT, subprocess=True)
     assert verify.returncode == 0 and "0 problem(s)" in verify.stdout, verify.stdout
 
 
@@ -65,7 +65,7 @@ def test_a_policy_vllm_cannot_run_here_is_refused_before_anything_is_registered(
     config = small_config(tmp_path, **{'initial_policy = "builtin:chat"': 'initial_policy = "builtin:tiny"'})
     if DEVICE == "cpu":
         config.write_text(config.read_text().replace('device = "cpu"', 'device = "cpu"\ndtype = "bfloat16"'))
-    run = creditline(data, "run", "--config", str(config))
+    run = creditline(data, "run", "--config", str(config), subprocess=True)
     assert run.returncode == 2
     lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     if DEVICE == "cpu":

@@ -70,7 +70,7 @@ def test_a_round_that_verifiers_plays_serves_its_parent_on_vllm(tmp_path):
     assert "[rollouts]\n" in text
     config.write_text(text.replace("[rollouts]\n", f'[rollouts]\nengine = "vllm"\ndevice = "{DEVICE}"\n'))
     data = tmp_path / "data"
-    run = creditline(data, "run", "--experiment", "vf-vllm", "--config", str(config))
+    run = creditline(data, "run", "--experiment", "vf-vllm", "--config", str(config), subprocess=True)
     assert run.returncode == 0, run.stderr[-3000:]
     store = LineageStore(data / "lineage.duckdb")
     assert store.artifact("vf-vllm", 1, "source").meta["format"] == "v1"
@@ -80,5 +80,5 @@ def test_a_round_that_verifiers_plays_serves_its_parent_on_vllm(tmp_path):
     assert (
         training["sampler_kl"].iloc[0] < 1e-6
     )  # vLLM's log-probs, as verifiers recorded them, are the trainer's
-    verify = creditline(data, "verify", "--experiment", "vf-vllm")
+    verify = creditline(data, "verify", "--experiment", "vf-vllm", subprocess=True)
     assert verify.returncode == 0 and "0 problem(s)" in verify.stdout, verify.stdout
