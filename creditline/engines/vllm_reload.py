@@ -13,7 +13,8 @@ up to 1.5 (shared/reference/stack-notes.md, "vLLM on this CPU").
 --worker-extension-cls creditline.engines.vllm_reload.CheckpointReload`): its `reload_checkpoint` method,
 called through `collective_rpc`, runs vLLM's own reload and then the post-processing of every layer that
 shares its weight with another layer, so a reloaded engine computes what a freshly built one computes
-(tests/vllm_engine/test_engine.py compares the two on tied and untied checkpoints). vLLM imports this
+(tests/vllm_engine/test_engine.py: after each reload the trainer scores the samples as vLLM did, and the tied
+engine samples what a fresh one samples). vLLM imports this
 module inside its worker processes; it imports nothing of vLLM at module level.
 """
 
