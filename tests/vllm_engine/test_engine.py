@@ -109,7 +109,8 @@ def test_one_engine_reloaded_over_three_rounds_samples_each_rounds_checkpoint(re
         batch = pack(rows, [c.token_ids for c in reloaded], [c.logprobs for c in reloaded],
                      [[0.0] * len(c.token_ids) for c in reloaded], tokenizer.pad_token_id)  # fmt: skip
         trainer = score(model, batch, SAMPLED.temperature, top_p=SAMPLED.top_p)[batch.completion_mask]
-        assert (trainer - batch.old_logprobs[batch.completion_mask]).abs().max() < LOGPROB_TOLERANCE, folder.name
+        gap = (trainer - batch.old_logprobs[batch.completion_mask]).abs()
+        assert gap.max() < LOGPROB_TOLERANCE, (folder.name, gap.max())
     if kind == "untied":
         return
     fresh_engine = VLLMEngine(folders[-1], SETTINGS)
