@@ -20,9 +20,7 @@ ROUND_KINDS = {"episodes", "steps", "scores", "advantages", "checkpoint", "train
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     data_root = tmp_path_factory.mktemp("data")
-    result = creditline(
-        data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(TINY), subprocess=True
-    )  # the command as a user starts it: its own process
+    result = creditline(data_root, "run", "--experiment", EXPERIMENT, "--rounds", "2", "--config", str(TINY))
     assert result.returncode == 0, result.stderr[-3000:]
     return data_root, result
 
@@ -114,7 +112,9 @@ def test_dagster_instance_shows_both_rounds_materialized(finished):
 
 def test_report_json_lists_the_initial_policy_first(finished):
     data_root, _ = finished
-    result = creditline(data_root, "report", "--experiment", EXPERIMENT, "--json")
+    result = creditline(
+        data_root, "report", "--experiment", EXPERIMENT, "--json", subprocess=True
+    )  # as typed
     rows = json.loads(result.stdout)
     assert [r["round"] for r in rows] == [0, 1, 2] and rows[0]["policy"] == "initial"
     assert all(0.0 <= r["success_rate"] <= 1.0 and "mean_return" in r for r in rows)
