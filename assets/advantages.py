@@ -22,7 +22,8 @@ from assets.persist import (
 from creditline.advantages import params_hash
 from creditline.credit_plot import credit_episodes, credit_picture, credit_table
 from creditline.reward_model import reward_model_kind
-from creditline.round import step_advantages, with_model_rewards
+from creditline.round import with_model_rewards
+from creditline.round_advantages import step_advantages
 from creditline.store import read_parquet, write_bytes_atomic
 from resources import LineageResource, TrackerResource
 

@@ -18,7 +18,8 @@ from assets.persist import log_round, materialized, persist_table, read_artifact
 from creditline.advantages import params_hash
 from creditline.rescore import compare_rescoring
 from creditline.reward_model import reward_model_kind
-from creditline.round import step_advantages, with_model_rewards
+from creditline.round import with_model_rewards
+from creditline.round_advantages import step_advantages
 from creditline.rubrics import rubric_by_version
 from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource

@@ -60,10 +60,10 @@ from creditline.round import (  # noqa: E402
     fit_reward_model,
     generate_rollouts,
     score_rollouts,
-    step_advantages,
     train_policy,
     with_model_rewards,
 )
+from creditline.round_advantages import step_advantages  # noqa: E402
 from creditline.store import config_hash  # noqa: E402
 
 DEFAULT = ExperimentConfig().to_dict()

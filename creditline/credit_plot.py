@@ -22,7 +22,8 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
 from creditline.config import AdvantageSettings
-from creditline.round import step_advantages, with_token_advantages
+from creditline.round import with_token_advantages
+from creditline.round_advantages import join_on_step, step_advantages
 
 GRPO = AdvantageSettings("grpo", {"norm_by_std": True})
 """The trajectory-level baseline every picture compares with."""
@@ -58,16 +59,14 @@ def credit_table(
     groups = steps.loc[steps["episode_id"].isin(chosen), "group_id"].unique()
     presets = ["preset_advantage", "preset_completion_advantages"]
     in_groups = steps[steps["group_id"].isin(groups)].drop(columns=presets, errors="ignore")
-    grpo = step_advantages(
-        in_groups, scores, GRPO
-    )  # GRPO's own, not an imported round's preset advantages[["episode_id", "step_idx", "advantage"]]
+    grpo = step_advantages(in_groups, scores, GRPO)  # GRPO's own, not an imported round's preset advantages
     kept = [c for c in ["preset_completion_advantages"] if c in steps]  # the source's per-token credit
     rows = steps[steps["episode_id"].isin(chosen)][
         ["episode_id", "step_idx", "action", "completion_ids", *kept]
     ]
     rows = rows.merge(episodes[["episode_id", "env_return"]], on="episode_id")
-    rows = rows.merge(advantages[["episode_id", "step_idx", "advantage"]], on=["episode_id", "step_idx"])
-    rows = rows.merge(grpo.rename(columns={"advantage": "grpo"}), on=["episode_id", "step_idx"])
+    rows = join_on_step(rows, advantages, ["advantage"], "the round's advantages")
+    rows = join_on_step(rows, grpo.rename(columns={"advantage": "grpo"}), ["grpo"], "GRPO's advantages")
     order = {e: i for i, e in enumerate(chosen)}
     rows = rows.assign(order=rows["episode_id"].map(order)).sort_values(["order", "step_idx"], kind="stable")
     return with_token_advantages(rows.drop(columns="order").reset_index(drop=True))

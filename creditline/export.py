@@ -32,7 +32,8 @@ from creditline.export_pr941 import (
     source_rollout_fields,
 )
 from creditline.export_prime_rl import prime_rl_samples, rollout_files
-from creditline.round import join_on_step, with_token_advantages
+from creditline.round import with_token_advantages
+from creditline.round_advantages import join_on_step
 from creditline.sampling_settings import round_sampling
 from creditline.verifiers_v1 import fill_advantages
 

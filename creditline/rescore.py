@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from creditline.round_advantages import STEP_KEY, join_on_step
+
 
 @dataclass(frozen=True)
 class RescoreComparison:
@@ -41,20 +43,16 @@ def compare_rescoring(
     rescored_advantages: pd.DataFrame,
 ) -> RescoreComparison:
     """Compare two scorings of the same steps; tables are joined on (episode_id, step_idx), not row order."""
-    key = ["episode_id", "step_idx"]
     episodes = trained_scores.drop_duplicates("episode_id").merge(
         rescored_scores.drop_duplicates("episode_id"), on="episode_id", suffixes=("_trained", "_rescored")
     )
-    advantages = trained_advantages[[*key, "advantage"]].merge(
-        rescored_advantages[[*key, "advantage"]],
-        on=key,
-        suffixes=("_trained", "_rescored"),
-        validate="one_to_one",
+    rescored = rescored_advantages.rename(columns={"advantage": "advantage_rescored"})
+    advantages = join_on_step(
+        trained_advantages[[*STEP_KEY, "advantage"]].rename(columns={"advantage": "advantage_trained"}),
+        rescored,
+        ["advantage_rescored"],
+        "re-scored advantages",
     )
-    if len(advantages) != len(trained_advantages):
-        raise ValueError(
-            f"re-scored advantages cover {len(advantages)} of {len(trained_advantages)} step rows"
-        )
     trained, rescored = (
         advantages["advantage_trained"].to_numpy(),
         advantages["advantage_rescored"].to_numpy(),

@@ -4,7 +4,8 @@ train → evaluate.
 Each stage is a function of its inputs alone (tables, a model, the experiment config): no Dagster, DuckDB
 or MLflow in here. The round's assets (`assets/`), `creditline import` and the benchmarks
 (`bench/learning.py`, `bench/overhead.py`) all call these functions, so a benchmark measures the round that
-`make run` runs, and the joins between the round's tables are written once (`join_on_step`).
+`make run` runs, and the joins between the round's tables are written once
+(`creditline.round_advantages.join_on_step`, where stage 3, the advantages, lives).
 
 The round's tables, one row per step (model call) unless said otherwise:
 
@@ -29,11 +30,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditline.advantages import completion_advantages, compute, fill_preset, input_columns, params_hash
+from creditline.advantages import completion_advantages, input_columns
 from creditline.advantages.igpo import GOLD_COLUMN
 from creditline.advantages.model_reward import MODEL_REWARD_COLUMN
 from creditline.branching import can_snapshot, choose_points, play_branches, with_branches
-from creditline.config import AdvantageSettings, ExperimentConfig
+from creditline.config import ExperimentConfig
 from creditline.engines import Engine
 from creditline.evaluation import EvaluationSummary, evaluate
 from creditline.gold_answer import with_gold_logprobs
@@ -48,23 +49,9 @@ from creditline.reward_model import (
     train_reward_model,
 )
 from creditline.rollout import RolloutTables, reset_seed, run_episodes
+from creditline.round_advantages import join_on_step
 from creditline.rubrics import get_rubric
-from creditline.sample_filter import prof_keep
 from creditline.tasks import training_task_ids
-
-STEP_KEY = ["episode_id", "step_idx"]
-"""What identifies a step row in every round table."""
-
-
-def join_on_step(left: pd.DataFrame, right: pd.DataFrame, columns: list[str], what: str) -> pd.DataFrame:
-    """`left` with `columns` of `right` joined on (episode_id, step_idx), one to one, every left row kept.
-
-    `what` names `right` in the error when it does not cover every step of `left`.
-    """
-    joined = left.merge(right[[*STEP_KEY, *columns]], on=STEP_KEY, how="inner", validate="one_to_one")
-    if len(joined) != len(left):
-        raise ValueError(f"{what} cover {len(joined)} of {len(left)} step rows")
-    return joined
 
 
 def generate_rollouts(engine: Engine, tokenizer, config: ExperimentConfig, round_: int) -> RolloutTables:
@@ -135,43 +122,6 @@ def fit_reward_model(
 def with_model_rewards(steps: pd.DataFrame, rewards: pd.DataFrame) -> pd.DataFrame:
     """`steps` plus the `model_reward` column of `fit_reward_model`'s table."""
     return join_on_step(steps, rewards, [MODEL_REWARD_COLUMN], "model rewards")
-
-
-def step_advantages(
-    steps: pd.DataFrame,
-    scores: pd.DataFrame,
-    settings: AdvantageSettings,
-    episodes: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """Stage 3: one advantage per step row from the estimator, computed once over the joined round.
-
-    An imported round's steps may carry the advantage their source assigned (`preset_advantage`, NaN where
-    none): it is kept, and the estimator fills the rest (verifiers' fill-if-None, `fill_preset`). With a
-    sample filter (`settings.sample_filter`, which reads the `episodes`' success), the estimator sees the kept
-    episodes only; a dropped episode's rows get advantage 0 and `kept` False, and the trainer skips them.
-    """
-    preset = ["preset_advantage"] if "preset_advantage" in steps else []
-    extra = [name for name in input_columns(settings.estimator) if name in steps]
-    joined = join_on_step(
-        steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset, *extra]],
-        scores, ["rubric_version", "step_reward", "episode_reward"], "scores",
-    )  # fmt: skip
-    kept = np.ones(len(joined), dtype=bool)
-    if settings.sample_filter == "prof":
-        if episodes is None:
-            raise ValueError("the prof sample filter needs the round's episodes (their success)")
-        kept = prof_keep(joined, episodes, settings.filter_remove).reindex(joined["episode_id"]).to_numpy()
-    advantage = np.zeros(len(joined))
-    advantage[kept] = compute(settings.estimator, joined[kept], **settings.params)  # (S_kept,)
-    if preset:
-        advantage = fill_preset(joined["preset_advantage"].to_numpy(dtype=float), advantage)
-    table = pd.DataFrame({
-        "episode_id": joined["episode_id"], "group_id": joined["group_id"], "step_idx": joined["step_idx"],
-        "rubric_version": joined["rubric_version"], "estimator": settings.estimator,
-        "params_hash": params_hash(settings.estimator, settings.params), "advantage": advantage,
-        "completion_length": joined["completion_ids"].map(len).to_numpy(),
-    })  # fmt: skip
-    return table.assign(kept=kept) if settings.sample_filter != "none" else table
 
 
 def with_token_advantages(rows: pd.DataFrame) -> pd.DataFrame:

@@ -426,8 +426,12 @@ def _read_input(path: str, flag: str):
 
 
 def cmd_advantages(args) -> int:
-    from creditline.advantages import AdvantageInputError, compute
+    """A steps table's advantages as a round computes them (`creditline.round_advantages.estimate`): the same
+    step join with a scores table, the same sample filter and the same fill of an imported step's preset."""
+    from creditline.advantages import AdvantageInputError
     from creditline.advantages.registry import resolve
+    from creditline.config import AdvantageSettings
+    from creditline.round_advantages import REWARD_COLUMNS, STEP_KEY, estimate, join_on_step
     from creditline.store import write_parquet_atomic
 
     out = _out_path(args.out)
@@ -441,27 +445,49 @@ def cmd_advantages(args) -> int:
         resolve(args.estimator, params)
     except ValueError as exc:
         raise UsageError(f"--estimator {args.estimator} --param: {exc}") from None
+    if args.filter_remove < 1:
+        raise UsageError(f"--filter-remove {args.filter_remove}: must be at least 1")
+    settings = AdvantageSettings(args.estimator, params, args.sample_filter, args.filter_remove)
     steps = _read_input(args.steps, "--steps")
     if steps.empty:
         raise UsageError(f"--steps {args.steps}: the table has no rows")
+    episodes = None
+    if args.sample_filter != "none":
+        if not args.episodes:
+            raise UsageError(
+                f"--sample-filter {args.sample_filter}: needs --episodes (the round's episodes.parquet)"
+            )
+        episodes = _read_input(args.episodes, "--episodes")
+        if missing := [c for c in ["episode_id", "success"] if c not in episodes.columns]:
+            raise UsageError(f"--episodes {args.episodes}: missing column(s) {missing}")
     if args.scores:  # a rubric's rewards replace the environment's
         scores = _read_input(args.scores, "--scores")
-        wanted = ["episode_id", "step_idx", "step_reward", "episode_reward"]
-        if missing := [c for c in wanted if c not in scores.columns]:
+        if missing := [c for c in [*STEP_KEY, *REWARD_COLUMNS] if c not in scores.columns]:
             raise UsageError(f"--scores {args.scores}: missing column(s) {missing}")
-        steps = steps.drop(columns=["step_reward", "episode_reward"], errors="ignore").merge(
-            scores[wanted], on=["episode_id", "step_idx"], how="left", validate="one_to_one"
-        )
+        if missing := [c for c in STEP_KEY if c not in steps.columns]:
+            raise UsageError(f"--steps {args.steps}: missing column(s) {missing}")
+        for table, flag, path in ((steps, "--steps", args.steps), (scores, "--scores", args.scores)):
+            if table.duplicated(STEP_KEY).any():
+                row = int(table.duplicated(STEP_KEY).to_numpy().argmax())
+                raise UsageError(
+                    f"{flag} {path}: row {row}: a second row of step {table[STEP_KEY].iloc[row].tolist()}"
+                )
+        without = steps.drop(columns=REWARD_COLUMNS, errors="ignore")
+        try:
+            steps = join_on_step(without, scores, REWARD_COLUMNS, f"--scores {args.scores}: its rows")
+        except ValueError as exc:  # rows that do not cover every step of --steps
+            raise UsageError(str(exc)) from None
         print(f"rewards from {args.scores}")
     elif "episode_reward" not in steps.columns and {"episode_id", "step_reward"} <= set(steps.columns):
         steps["episode_reward"] = steps.groupby("episode_id")["step_reward"].transform("sum")
         print("episode_reward = sum of step_reward per episode (no episode_reward column, no --scores)")
     try:
-        steps["advantage"] = compute(args.estimator, steps, **params)
-    except (
-        AdvantageInputError
-    ) as exc:  # the table breaks the input contract: the message names column and row
+        advantage, kept = estimate(steps, settings, episodes)
+    except AdvantageInputError as exc:  # the table breaks the input contract: it names column and row
         raise UsageError(f"--steps {args.steps}: {exc}") from None
+    steps["advantage"] = advantage
+    if args.sample_filter != "none":
+        steps["kept"] = kept
     written = _write_out(lambda: write_parquet_atomic(steps, out), args.out)
     print(f"wrote {written.rows} rows to {written.path} (sha256 {written.content_hash[:12]})")
     return 0
@@ -725,6 +751,13 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--steps", required=True)
     adv.add_argument(
         "--scores", default=None, help="a round's scores.parquet: use its step and episode rewards"
+    )
+    adv.add_argument("--sample-filter", choices=["none", "prof"], default="none", help="as [advantages]")
+    adv.add_argument(
+        "--filter-remove", type=int, default=4, help="prof: episodes dropped per group (default 4)"
+    )
+    adv.add_argument(
+        "--episodes", default=None, help="the round's episodes.parquet (their success), for prof"
     )
     adv.add_argument("--out", required=True)
     imp = add("import", cmd_import, "make verifiers' saved rollouts the next round of an experiment")

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from creditline.config import AdvantageSettings
-from creditline.round import join_on_step, step_advantages, training_rows, with_token_advantages
+from creditline.round import training_rows, with_token_advantages
+from creditline.round_advantages import join_on_step, step_advantages
 
 
 def _steps(lengths: list[int]) -> pd.DataFrame:

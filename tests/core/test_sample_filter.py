@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from creditline.config import AdvantageSettings
-from creditline.round import step_advantages, training_rows
+from creditline.round import training_rows
+from creditline.round_advantages import step_advantages
 from creditline.sample_filter import consistency, prof_keep
 
 

@@ -16,7 +16,8 @@ from creditline.logprobs import completion_logprobs, full_vocab_logprobs
 from creditline.policy import load_policy
 from creditline.policy_update import update_policy
 from creditline.rollout import run_episodes
-from creditline.round import step_advantages, training_rows
+from creditline.round import training_rows
+from creditline.round_advantages import step_advantages
 from creditline.rubrics import get_rubric
 from creditline.trainer import TrainConfig, clipped_pg_terms, k3, micro_batches, pack, score, train
 

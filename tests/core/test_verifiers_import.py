@@ -23,7 +23,8 @@ from creditline.config import AdvantageSettings
 from creditline.export import export_lines
 from creditline.ids import anchor_key
 from creditline.imported_rollouts import SourceError
-from creditline.round import step_advantages, training_rows
+from creditline.round import training_rows
+from creditline.round_advantages import step_advantages
 from creditline.rubrics import RUBRICS
 from creditline.sampling_settings import round_sampling, sampling_problem
 from creditline.verifiers_import import read_source, source_tables

@@ -201,7 +201,8 @@ def test_advantages_command_on_a_finished_rounds_files(finished, tmp_path):
                       "--scores", scores, "--out", str(gigpo)).returncode == 0  # fmt: skip
     recorded = pd.read_parquet(store.artifact(EXPERIMENT, 2, "advantages").path)
     merged = pd.read_parquet(gigpo).merge(recorded, on=["episode_id", "step_idx"], suffixes=("", "_recorded"))
-    assert np.allclose(merged["advantage"], merged["advantage_recorded"])
+    assert len(merged) == len(recorded)
+    assert np.array_equal(merged["advantage"], merged["advantage_recorded"])  # exactly: one code path
     bad = creditline(
         data_root, "advantages", "--estimator", "nope", "--steps", steps, "--out", str(tmp_path / "x.parquet")
     )

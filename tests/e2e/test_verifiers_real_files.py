@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from creditline.config import AdvantageSettings
-from creditline.round import step_advantages, training_rows
+from creditline.round import training_rows
+from creditline.round_advantages import step_advantages
 from creditline.rubrics import RUBRICS
 from creditline.store import LineageStore, read_parquet
 from creditline.verifiers_import import read_source, source_tables
