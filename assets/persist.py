@@ -109,8 +109,10 @@ def reusable(lineage: LineageResource, record: ArtifactRecord | None) -> Artifac
     if record.round in round_commits(store, record.experiment):
         return record
     aside = set_aside(record.path)
-    print(f"set aside {aside}: {problem.detail}; round {record.round} is not committed, so it is regenerated",
-          flush=True)  # fmt: skip
+    print(
+        f"set aside {aside}: {problem.detail}; round {record.round} is not committed, so it is regenerated",
+        flush=True,
+    )
     return None
 
 
@@ -175,8 +177,17 @@ def persist_table(
 ) -> ArtifactRecord:
     """Validate, write and record in one call (`write_table`, then `record_table`)."""
     written = write_table(lineage, frame, table=table, experiment=experiment, round_=round_, variant=variant)
-    return record_table(context, lineage, written, kind=kind or table, experiment=experiment, round_=round_,
-                        variant=variant, parents=parents, meta=meta)  # fmt: skip
+    return record_table(
+        context,
+        lineage,
+        written,
+        kind=kind or table,
+        experiment=experiment,
+        round_=round_,
+        variant=variant,
+        parents=parents,
+        meta=meta,
+    )
 
 
 def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadata) -> dg.MaterializeResult:
@@ -202,8 +213,15 @@ def round_run(
     return tracker.round_run(lineage.store(), config.name, round_, config.to_dict())
 
 
-def record_run(context, lineage: LineageResource, config: ExperimentConfig, asset: str, version: str, round_: int,
-               run_id: str) -> None:  # fmt: skip
+def record_run(
+    context,
+    lineage: LineageResource,
+    config: ExperimentConfig,
+    asset: str,
+    version: str,
+    round_: int,
+    run_id: str,
+) -> None:
     """Link this Dagster run's `asset` to the round's MLflow run in DuckDB: a lineage write, for the stage's records
     session (before `log_round` logs to that run)."""
     lineage.store().record_run(
@@ -226,8 +244,11 @@ def log_round(
     Metrics already on the run (logged by an attempt that was killed later) are not logged twice.
     """
     logged = tracker.logged_keys(run_id)
-    columns = {} if not series or any(key.startswith(f"{asset}{SERIES_MARK}") for key in logged) else {
-        f"{asset}{SERIES_MARK}{k}": [float(row[k]) for row in series] for k in series[0]}  # fmt: skip
+    columns = (
+        {}
+        if not series or any(key.startswith(f"{asset}{SERIES_MARK}") for key in logged)
+        else {f"{asset}{SERIES_MARK}{k}": [float(row[k]) for row in series] for k in series[0]}
+    )
     tracker.log(
         run_id,
         metrics={f"{asset}/{k}": v for k, v in metrics.items() if f"{asset}/{k}" not in logged},

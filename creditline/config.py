@@ -64,9 +64,14 @@ class EnvSettings:
     `arithmetic`, or an installed package's) or an import path `package.module:factory`
     (`creditline.envs.registry`). Code: it is imported (and called) only once the config's values are valid."""
     params: dict[str, Any] = field(
-        default_factory=lambda: {"size": 5, "max_steps": 16, "invalid_penalty": 0.1, "progress_reward": 0.1,
-                                 "view": "relative"}
-    )  # fmt: skip
+        default_factory=lambda: {
+            "size": 5,
+            "max_steps": 16,
+            "invalid_penalty": 0.1,
+            "progress_reward": 0.1,
+            "view": "relative",
+        }
+    )
     """Keyword arguments of the environment's constructor; checked by building it once."""
 
     def build(self) -> Environment:
@@ -113,8 +118,13 @@ class RolloutSettings:
     def vllm_settings(self):
         from creditline.engines.vllm_engine import VLLMSettings
 
-        return VLLMSettings(self.device, self.gpu_memory_utilization, self.tensor_parallel_size,
-                            self.enforce_eager, self.dtype)  # fmt: skip
+        return VLLMSettings(
+            self.device,
+            self.gpu_memory_utilization,
+            self.tensor_parallel_size,
+            self.enforce_eager,
+            self.dtype,
+        )
 
 
 @dataclass(frozen=True)
@@ -224,8 +234,9 @@ class ExperimentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config as it is registered and hashed: JSON-shaped (a tuple field becomes a list)."""
-        return asdict(self, dict_factory=lambda items: {k: list(v) if isinstance(v, tuple) else v
-                                                        for k, v in items})  # fmt: skip
+        return asdict(
+            self, dict_factory=lambda items: {k: list(v) if isinstance(v, tuple) else v for k, v in items}
+        )
 
 
 RETIRED_FIELDS: dict[tuple[str, str], str] = {

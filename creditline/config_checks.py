@@ -317,10 +317,13 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
         episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
         if train["minibatches"] > episodes:
             problems.append(
-                Problem("train.minibatches", train["minibatches"],
-                        f"must be at most rollouts.tasks_per_round × rollouts.group_size = {episodes}, "
-                        "the episodes of a round (a minibatch needs at least one)")
-            )  # fmt: skip
+                Problem(
+                    "train.minibatches",
+                    train["minibatches"],
+                    f"must be at most rollouts.tasks_per_round × rollouts.group_size = {episodes}, "
+                    "the episodes of a round (a minibatch needs at least one)",
+                )
+            )
     return problems
 
 
@@ -365,14 +368,25 @@ def size_problems(rollouts: Mapping[str, Any], env_params: Any) -> list[Problem]
     if {"tasks_per_round", "group_size"} <= rollouts.keys():
         episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
         if episodes > MAX_EPISODES_PER_ROUND:
-            problems.append(Problem("rollouts.tasks_per_round", rollouts["tasks_per_round"],
-                                    f"× rollouts.group_size ({rollouts['group_size']}) = {episodes:,} episodes per "
-                                    f"round: at most {MAX_EPISODES_PER_ROUND:,} (a round holds all of them in "
-                                    "memory at once)"))  # fmt: skip
+            problems.append(
+                Problem(
+                    "rollouts.tasks_per_round",
+                    rollouts["tasks_per_round"],
+                    f"× rollouts.group_size ({rollouts['group_size']}) = {episodes:,} episodes per "
+                    f"round: at most {MAX_EPISODES_PER_ROUND:,} (a round holds all of them in "
+                    "memory at once)",
+                )
+            )
     given = env_params.get("max_steps") if isinstance(env_params, Mapping) else None
     if is_number(given) and not given <= MAX_ENV_STEPS:
-        problems.append(Problem("env.params.max_steps", given, f"must be at most {MAX_ENV_STEPS:,} "
-                                "(steps per episode; each is a row of the round's steps table)"))  # fmt: skip
+        problems.append(
+            Problem(
+                "env.params.max_steps",
+                given,
+                f"must be at most {MAX_ENV_STEPS:,} "
+                "(steps per episode; each is a row of the round's steps table)",
+            )
+        )
     return problems
 
 
@@ -381,17 +395,31 @@ def steps_problems(
 ) -> list[Problem]:
     """The built environment's own `max_steps` (its default, when env.params gives none) held to the limits."""
     if not is_number(max_steps) or not max_steps <= MAX_ENV_STEPS:
-        return [Problem("env.params", env_params, f"build an environment whose max_steps is {show(max_steps)}: "
-                        f"it must be a number of steps, at most {MAX_ENV_STEPS:,}")]  # fmt: skip
+        return [
+            Problem(
+                "env.params",
+                env_params,
+                f"build an environment whose max_steps is {show(max_steps)}: "
+                f"it must be a number of steps, at most {MAX_ENV_STEPS:,}",
+            )
+        ]
     problems = []
-    for path, episodes in (("rollouts.tasks_per_round", rollouts["tasks_per_round"] * rollouts["group_size"]),
-                           ("eval.num_tasks", eval_["num_tasks"])):  # fmt: skip
+    for path, episodes in (
+        ("rollouts.tasks_per_round", rollouts["tasks_per_round"] * rollouts["group_size"]),
+        ("eval.num_tasks", eval_["num_tasks"]),
+    ):
         rows = episodes * max_steps
         if rows > MAX_STEP_ROWS:
             value = rollouts["tasks_per_round"] if path.startswith("rollouts") else eval_["num_tasks"]
-            problems.append(Problem(path, value, f"{episodes:,} episodes × max_steps {max_steps:,} = {rows:,.0f} "
-                                    f"steps: at most {MAX_STEP_ROWS:,} rows in one steps table (~1 KB each in "
-                                    "memory)"))  # fmt: skip
+            problems.append(
+                Problem(
+                    path,
+                    value,
+                    f"{episodes:,} episodes × max_steps {max_steps:,} = {rows:,.0f} "
+                    f"steps: at most {MAX_STEP_ROWS:,} rows in one steps table (~1 KB each in "
+                    "memory)",
+                )
+            )
     return problems
 
 
@@ -413,15 +441,33 @@ def branching_problems(
         readers = [
             name for name in advantages.available() if "branch_of_episode" in advantages.input_columns(name)
         ]
-        problems.append(Problem("branching.points", points, f'needs an estimator that reads branches ({", ".join(readers)}); '
-                                f'"{estimator}" would take each continuation for a fresh episode of its task'))  # fmt: skip
+        problems.append(
+            Problem(
+                "branching.points",
+                points,
+                f"needs an estimator that reads branches ({', '.join(readers)}); "
+                f'"{estimator}" would take each continuation for a fresh episode of its task',
+            )
+        )
     if verifiers.get("env_id"):
-        problems.append(Problem("branching.points", points, "cannot branch rollouts a verifiers environment plays "
-                                "(verifiers.env_id): creditline cannot restart its episodes"))  # fmt: skip
+        problems.append(
+            Problem(
+                "branching.points",
+                points,
+                "cannot branch rollouts a verifiers environment plays "
+                "(verifiers.env_id): creditline cannot restart its episodes",
+            )
+        )
     if sample_filter not in (None, "none"):
-        problems.append(Problem("branching.points", points, f'cannot be combined with sample_filter = "{sample_filter}": '
-                                "the filter would count a continuation as an episode of its group and could drop "
-                                "the episode it branched from"))  # fmt: skip
+        problems.append(
+            Problem(
+                "branching.points",
+                points,
+                f'cannot be combined with sample_filter = "{sample_filter}": '
+                "the filter would count a continuation as an episode of its group and could drop "
+                "the episode it branched from",
+            )
+        )
     return problems
 
 
@@ -439,14 +485,31 @@ def gold_answer_problems(
         return []
     problems = []
     if not callable(getattr(env, "gold_answer", None)):
-        problems.append(Problem("advantages.estimator", estimator, f'needs tasks with a gold answer: environment '
-                                f'"{env_name}" has no gold_answer() (the built-ins with one: lookup, arithmetic)'))  # fmt: skip
+        problems.append(
+            Problem(
+                "advantages.estimator",
+                estimator,
+                f"needs tasks with a gold answer: environment "
+                f'"{env_name}" has no gold_answer() (the built-ins with one: lookup, arithmetic)',
+            )
+        )
     if rollouts.get("engine", "torch") != "torch":
-        problems.append(Problem("advantages.estimator", estimator, 'scores the gold answer with the policy in torch: '
-                                'rollouts.engine must be "torch"'))  # fmt: skip
+        problems.append(
+            Problem(
+                "advantages.estimator",
+                estimator,
+                'scores the gold answer with the policy in torch: rollouts.engine must be "torch"',
+            )
+        )
     if verifiers.get("env_id"):
-        problems.append(Problem("advantages.estimator", estimator, "cannot score rollouts a verifiers environment "
-                                "plays (verifiers.env_id): they carry no gold-answer log-probabilities"))  # fmt: skip
+        problems.append(
+            Problem(
+                "advantages.estimator",
+                estimator,
+                "cannot score rollouts a verifiers environment "
+                "plays (verifiers.env_id): they carry no gold-answer log-probabilities",
+            )
+        )
     return problems
 
 
@@ -457,20 +520,38 @@ def verifiers_problems(verifiers: Mapping[str, Any], section: str, *, files: boo
     problems = []
     select = verifiers.get("select") or {}
     if select and verifiers.get("api") == "classic":
-        problems.append(Problem(f"{section}.select", select, "is for api \"v1\" only: a classic environment's "
-                                "splits are its dataset (rollouts) and eval_dataset (the evaluation)"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{section}.select",
+                select,
+                'is for api "v1" only: a classic environment\'s '
+                "splits are its dataset (rollouts) and eval_dataset (the evaluation)",
+            )
+        )
     elif unknown := [key for key in select if key not in SELECT_KEYS]:
-        problems.append(Problem(f"{section}.select", select, f"unknown key{'s' * (len(unknown) > 1)} "
-                                f"{', '.join(map(key_text, unknown))}; known: {', '.join(SELECT_KEYS)} "
-                                "(creditline sets shuffle, seed and limit)"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{section}.select",
+                select,
+                f"unknown key{'s' * (len(unknown) > 1)} "
+                f"{', '.join(map(key_text, unknown))}; known: {', '.join(SELECT_KEYS)} "
+                "(creditline sets shuffle, seed and limit)",
+            )
+        )
     else:
         problems += select_value_problems(select, f"{section}.select")
     if not verifiers.get("env_id") or "python" not in verifiers:
         return problems
     python = verifiers["python"]
     if not python:
-        problems.append(Problem(f"{section}.python", python, f"is needed with {section}.env_id: the interpreter "
-                                "of a venv with verifiers installed, e.g. .venv-verifiers-0.4/bin/python"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{section}.python",
+                python,
+                f"is needed with {section}.env_id: the interpreter "
+                "of a venv with verifiers installed, e.g. .venv-verifiers-0.4/bin/python",
+            )
+        )
     elif files and not os.access(Path(python).expanduser(), os.X_OK):
         problems.append(Problem(f"{section}.python", python, "is not an executable file"))
     return problems
@@ -484,12 +565,23 @@ def select_value_problems(select: Mapping[str, Any], path: str) -> list[Problem]
         problems.append(Problem(f"{path}.skip", select["skip"], "must be a whole number ≥ 0"))
     for key in ("include", "exclude"):
         match = select.get(key, {})
-        fine = isinstance(match, Mapping) and set(match) <= {"idx", "ids", "keys", "names"} and all(
-            isinstance(items, list) and all(_task_match(name, v) for v in items) for name, items in match.items()
-        )  # fmt: skip
+        fine = (
+            isinstance(match, Mapping)
+            and set(match) <= {"idx", "ids", "keys", "names"}
+            and all(
+                isinstance(items, list) and all(_task_match(name, v) for v in items)
+                for name, items in match.items()
+            )
+        )
         if not fine:
-            problems.append(Problem(f"{path}.{key}", match, "must be a table of lists: idx (positions ≥ 0 or "
-                                    '"start:stop:step" slices), ids, keys, names (strings)'))  # fmt: skip
+            problems.append(
+                Problem(
+                    f"{path}.{key}",
+                    match,
+                    "must be a table of lists: idx (positions ≥ 0 or "
+                    '"start:stop:step" slices), ids, keys, names (strings)',
+                )
+            )
     return problems
 
 
@@ -616,15 +708,30 @@ def env_feature_problems(env: Any, name: str, policy: str, warm_start: bool) -> 
     built-in chat policy's tokenizer corpus."""
     problems = []
     if policy == BUILTIN_POLICY and not hasattr(env, "vocabulary"):
-        problems.append(Problem("initial_policy", policy, f'environment "{name}" has no vocabulary() listing its '
-                                "words, which the built-in tiny policy's word-level tokenizer needs: add one, or "
-                                'use "builtin:chat" or a model folder'))  # fmt: skip
-    needs = [what for what, wanted in (("a warm start", warm_start), ('"builtin:chat"', policy == BUILTIN_CHAT_POLICY))
-             if wanted]  # fmt: skip
+        problems.append(
+            Problem(
+                "initial_policy",
+                policy,
+                f'environment "{name}" has no vocabulary() listing its '
+                "words, which the built-in tiny policy's word-level tokenizer needs: add one, or "
+                'use "builtin:chat" or a model folder',
+            )
+        )
+    needs = [
+        what
+        for what, wanted in (("a warm start", warm_start), ('"builtin:chat"', policy == BUILTIN_CHAT_POLICY))
+        if wanted
+    ]
     if needs and not hasattr(env, "format_example"):
         field_, value = ("warm_start.episodes", "> 0") if warm_start else ("initial_policy", policy)
-        problems.append(Problem(field_, value, f'environment "{name}" has no format_example(rng) drawing a random '
-                                f"well-formed action, which {' and '.join(needs)} needs"))  # fmt: skip
+        problems.append(
+            Problem(
+                field_,
+                value,
+                f'environment "{name}" has no format_example(rng) drawing a random '
+                f"well-formed action, which {' and '.join(needs)} needs",
+            )
+        )
     return problems
 
 

@@ -130,12 +130,16 @@ def load_deployment(path: str | os.PathLike[str] | None = None) -> Deployment:
     dagster: dict[str, Any] = {}
     for section, body in raw.items():
         if section not in _SECTIONS or not isinstance(body, dict):
-            raise DeploymentError(f"deployment {source}: unknown section [{section}] "
-                                  f"(known: {', '.join(f'[{s}]' for s in _SECTIONS)})")  # fmt: skip
+            raise DeploymentError(
+                f"deployment {source}: unknown section [{section}] "
+                f"(known: {', '.join(f'[{s}]' for s in _SECTIONS)})"
+            )
         for key, value in body.items():
             if key not in _SECTIONS[section]:
-                raise DeploymentError(f"deployment {source}: [{section}] has no field {key!r} "
-                                      f"(known: {', '.join(_SECTIONS[section])})")  # fmt: skip
+                raise DeploymentError(
+                    f"deployment {source}: [{section}] has no field {key!r} "
+                    f"(known: {', '.join(_SECTIONS[section])})"
+                )
             (dagster if section == "dagster" else values)[_SECTIONS[section][key]] = value
     if isinstance(values.get("generation_endpoints"), list):
         values["generation_endpoints"] = tuple(values["generation_endpoints"])
@@ -148,23 +152,31 @@ def _check(deployment: Deployment) -> None:
     def fail(where: str, problem: str) -> None:
         raise DeploymentError(f"deployment {deployment.source}: {where} {problem}")
 
-    for where, value in (("[dagster] postgres_url", deployment.dagster.postgres_url),
-                         ("[dagster] executor", deployment.dagster.executor),
-                         ("[lineage] catalog", deployment.catalog), ("[tracking] uri", deployment.tracking_uri),
-                         ("[storage] uri", deployment.storage_uri),
-                         ("[generation] model", deployment.generation_model)):  # fmt: skip
+    for where, value in (
+        ("[dagster] postgres_url", deployment.dagster.postgres_url),
+        ("[dagster] executor", deployment.dagster.executor),
+        ("[lineage] catalog", deployment.catalog),
+        ("[tracking] uri", deployment.tracking_uri),
+        ("[storage] uri", deployment.storage_uri),
+        ("[generation] model", deployment.generation_model),
+    ):
         if not isinstance(value, str):
             fail(where, f"must be a string, not {value!r}")
-    for where, value, low in (("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
-                              ("[dagster] gpus", deployment.dagster.gpus, 1),
-                              ("[dagster] max_concurrent_runs", deployment.dagster.max_concurrent_runs, 1),
-                              ("[training] processes", deployment.train_processes, 1),
-                              ("[generation] tensor_parallel_size", deployment.tensor_parallel_size, 0)):  # fmt: skip
+    for where, value, low in (
+        ("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
+        ("[dagster] gpus", deployment.dagster.gpus, 1),
+        ("[dagster] max_concurrent_runs", deployment.dagster.max_concurrent_runs, 1),
+        ("[training] processes", deployment.train_processes, 1),
+        ("[generation] tensor_parallel_size", deployment.tensor_parallel_size, 0),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             fail(where, f"must be a whole number ≥ {low}, not {value!r}")
     if deployment.storage_uri and not deployment.catalog:
-        fail("[storage] uri", "needs [lineage] catalog on Postgres: a DuckDB file would stay locked for every upload, "
-                              "and workers on other machines could not reach it")  # fmt: skip
+        fail(
+            "[storage] uri",
+            "needs [lineage] catalog on Postgres: a DuckDB file would stay locked for every upload, "
+            "and workers on other machines could not reach it",
+        )
     endpoints = deployment.generation_endpoints
     if not isinstance(endpoints, tuple) or not all(
         isinstance(url, str) and url.startswith(("http://", "https://")) for url in endpoints
@@ -180,8 +192,10 @@ def _check(deployment: Deployment) -> None:
         fail("[storage] options", f"must be a table, not {deployment.storage_options!r}")
     if deployment.dagster.executor not in EXECUTORS:
         fail("[dagster] executor", f"{deployment.dagster.executor!r} is not one of {', '.join(EXECUTORS)}")
-    for where, url in (("[dagster] postgres_url", deployment.dagster.postgres_url),
-                       ("[lineage] catalog", deployment.catalog)):  # fmt: skip
+    for where, url in (
+        ("[dagster] postgres_url", deployment.dagster.postgres_url),
+        ("[lineage] catalog", deployment.catalog),
+    ):
         if url and not url.startswith(("postgresql://", "postgres://")):
             fail(where, f"must be a postgresql:// URI, not {redact(url)!r}")
 

@@ -92,8 +92,10 @@ def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> None:
     names = set(getattr(model, "_no_split_modules", None) or ())
     blocks = [module for module in model.modules() if type(module).__name__ in names]
     if not blocks:
-        raise ValueError(f"{type(model).__name__} names no transformer blocks (_no_split_modules): "
-                         "it cannot be sharded; train it with sharding \"replicated\"")  # fmt: skip
+        raise ValueError(
+            f"{type(model).__name__} names no transformer blocks (_no_split_modules): "
+            'it cannot be sharded; train it with sharding "replicated"'
+        )
     # named, not FSDP's default (the machine's accelerator): gloo ranks on a GPU host keep their shards on the CPU
     mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
     for block in blocks:

@@ -38,8 +38,14 @@ def update_policy(
     `reference_policy` is the folder of π_ref, loaded only when `[train] kl_coef` > 0.
     """
     packed = merge_turns(rows)  # one row per chat episode: same loss, ~T× fewer tokens
-    batch = pack(packed["prompt_ids"], packed["completion_ids"], packed["completion_logprobs"],
-                 packed["completion_advantages"], pad_token_id, packed["sampled_mask"])  # fmt: skip
+    batch = pack(
+        packed["prompt_ids"],
+        packed["completion_ids"],
+        packed["completion_logprobs"],
+        packed["completion_advantages"],
+        pad_token_id,
+        packed["sampled_mask"],
+    )
     # the rows' own sampling settings (imported rounds: what the source saved), else [rollouts]'
     temperature, top_p = round_sampling(rows, config.rollouts.temperature, config.rollouts.top_p)
     if config.train.kl_coef > 0:

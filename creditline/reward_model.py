@@ -64,10 +64,19 @@ class RewardModelKind:
 
 
 KINDS: dict[str, RewardModelKind] = {
-    "prime": RewardModelKind("implicit_prm", implicit_prm.row_values, implicit_prm.loss, "success", head=False,
-                             prepare=implicit_prm.reference_logprobs, needs_reference=True),
-    "spa": RewardModelKind("progress", progress_model.row_values, progress_model.loss, "episode_reward", head=True),
-}  # fmt: skip
+    "prime": RewardModelKind(
+        "implicit_prm",
+        implicit_prm.row_values,
+        implicit_prm.loss,
+        "success",
+        head=False,
+        prepare=implicit_prm.reference_logprobs,
+        needs_reference=True,
+    ),
+    "spa": RewardModelKind(
+        "progress", progress_model.row_values, progress_model.loss, "episode_reward", head=True
+    ),
+}
 """The estimators that read `model_reward`, and the model each one trains."""
 
 
@@ -189,9 +198,18 @@ def train_reward_model(
             )
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
             optimizer.step()
-            metrics.append({"epoch": epoch, "minibatch": part, "loss": float(loss), "grad_norm": float(grad_norm),
-                            "episodes": len(chosen), "rows": len(rows),
-                            "sum_mean": float(z.mean()), "target_mean": float(y.mean())})  # fmt: skip
+            metrics.append(
+                {
+                    "epoch": epoch,
+                    "minibatch": part,
+                    "loss": float(loss),
+                    "grad_norm": float(grad_norm),
+                    "episodes": len(chosen),
+                    "rows": len(rows),
+                    "sum_mean": float(z.mean()),
+                    "target_mean": float(y.mean()),
+                }
+            )
     model.eval()
     return metrics, optimizer.state_dict()
 

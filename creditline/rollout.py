@@ -134,7 +134,7 @@ def run_episodes(
                     group_id=ids.group_id(experiment, round_, task),
                     task_id=int(task),
                     sample_idx=sample,
-                )  # fmt: skip
+                )
             )
     return play(engine, tokenizer, episodes, round_, sampling, (), snapshots)
 
@@ -233,11 +233,14 @@ def play(
             if ended or out_of_context:
                 ep.success = transition.success
                 ep.stop_reason = (
-                    "success" if transition.success
-                    else "done" if transition.done
-                    else "step_limit" if transition.truncated
+                    "success"
+                    if transition.success
+                    else "done"
+                    if transition.done
+                    else "step_limit"
+                    if transition.truncated
                     else "context_limit"
-                )  # fmt: skip
+                )
             else:
                 still_active.append(ep)
         active = still_active

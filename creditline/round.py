@@ -75,15 +75,33 @@ def generate_rollouts(engine: Engine, tokenizer, config: ExperimentConfig, round
     sampling = settings.sampling(config.seed)
     snapshots = {} if branching.enabled and can_snapshot(config.env.build()) else None
     tables = run_episodes(
-        engine, tokenizer, config.env.build, config.name, round_,
-        training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
-        sampling, settings.prompt_format, snapshots,
-    )  # fmt: skip
+        engine,
+        tokenizer,
+        config.env.build,
+        config.name,
+        round_,
+        training_task_ids(config.seed, round_, settings.tasks_per_round),
+        settings.group_size,
+        sampling,
+        settings.prompt_format,
+        snapshots,
+    )
     seed_of = lambda task, sample: reset_seed(sampling.seed, round_, task, sample)  # noqa: E731
     if branching.enabled:
         points = choose_points(tables.steps, branching, config.seed, round_)
-        branches = play_branches(engine, tokenizer, config.env.build, tables.steps, points, branching.continuations,
-                                 round_, sampling, settings.prompt_format, seed_of, snapshots)  # fmt: skip
+        branches = play_branches(
+            engine,
+            tokenizer,
+            config.env.build,
+            tables.steps,
+            points,
+            branching.continuations,
+            round_,
+            sampling,
+            settings.prompt_format,
+            seed_of,
+            snapshots,
+        )
         tables = with_branches(tables, branches)
     if GOLD_COLUMN in input_columns(config.advantages.estimator):  # IGPO: the policy's belief at every step
         steps = with_gold_logprobs(engine, tokenizer, config.env.build, tables.steps, seed_of)
@@ -121,14 +139,24 @@ def fit_reward_model(
     codes, episode_ids = episode_codes(steps)
     context = kind.prepare(batch, settings, reference)
     metrics, state = train_reward_model(
-        kind, model, batch, codes, targets(kind, episode_ids, episodes, scores), settings,
-        derive_seed(config.seed, round_, "reward_model"), context, optimizer_state,
-    )  # fmt: skip
+        kind,
+        model,
+        batch,
+        codes,
+        targets(kind, episode_ids, episodes, scores),
+        settings,
+        derive_seed(config.seed, round_, "reward_model"),
+        context,
+        optimizer_state,
+    )
     values = all_row_values(kind, model, batch, context, settings.micro_batch_tokens)  # (S,)
     rewards = pd.DataFrame(
-        {"episode_id": steps["episode_id"].to_numpy(), "step_idx": steps["step_idx"].to_numpy(),
-         MODEL_REWARD_COLUMN: values}
-    )  # fmt: skip
+        {
+            "episode_id": steps["episode_id"].to_numpy(),
+            "step_idx": steps["step_idx"].to_numpy(),
+            MODEL_REWARD_COLUMN: values,
+        }
+    )
     return rewards, metrics, state
 
 
@@ -154,8 +182,10 @@ def step_advantages(
     extra = [name for name in input_columns(settings.estimator) if name in steps]
     joined = join_on_step(
         steps[["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset, *extra]],
-        scores, ["rubric_version", "step_reward", "episode_reward"], "scores",
-    )  # fmt: skip
+        scores,
+        ["rubric_version", "step_reward", "episode_reward"],
+        "scores",
+    )
     kept = np.ones(len(joined), dtype=bool)
     if settings.sample_filter == "prof":
         if episodes is None:
@@ -165,12 +195,18 @@ def step_advantages(
     advantage[kept] = compute(settings.estimator, joined[kept], **settings.params)  # (S_kept,)
     if preset:
         advantage = fill_preset(joined["preset_advantage"].to_numpy(dtype=float), advantage)
-    table = pd.DataFrame({
-        "episode_id": joined["episode_id"], "group_id": joined["group_id"], "step_idx": joined["step_idx"],
-        "rubric_version": joined["rubric_version"], "estimator": settings.estimator,
-        "params_hash": params_hash(settings.estimator, settings.params), "advantage": advantage,
-        "completion_length": joined["completion_ids"].map(len).to_numpy(),
-    })  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "episode_id": joined["episode_id"],
+            "group_id": joined["group_id"],
+            "step_idx": joined["step_idx"],
+            "rubric_version": joined["rubric_version"],
+            "estimator": settings.estimator,
+            "params_hash": params_hash(settings.estimator, settings.params),
+            "advantage": advantage,
+            "completion_length": joined["completion_ids"].map(len).to_numpy(),
+        }
+    )
     return table.assign(kept=kept) if settings.sample_filter != "none" else table
 
 
@@ -229,6 +265,13 @@ def evaluate_policy(
     """Stage 5: the policy after `policy_round` (0: the initial one) played greedily on the held-out tasks."""
     settings = config.rollouts
     return evaluate(
-        engine, tokenizer, config.env.build, config.name, policy_round, config.eval.num_tasks,
-        settings.max_new_tokens, settings.prompt_format, settings.stop,
-    )  # fmt: skip
+        engine,
+        tokenizer,
+        config.env.build,
+        config.name,
+        policy_round,
+        config.eval.num_tasks,
+        settings.max_new_tokens,
+        settings.prompt_format,
+        settings.stop,
+    )

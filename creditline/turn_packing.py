@@ -44,13 +44,19 @@ def merge_turns(rows: pd.DataFrame) -> pd.DataFrame:
     may_extend[1:] = (episode[1:] == episode[:-1]) & (prompt_length[1:] >= held[:-1])
     walked = ordered["episode_id"].isin(set(episode[may_extend]))
     singles = ordered[~walked]
-    parts = [pd.DataFrame({  # the turn's own sequences, as they are (lists or arrays)
-        "prompt_ids": singles["prompt_ids"].to_numpy(), "completion_ids": singles["completion_ids"].to_numpy(),
-        "completion_logprobs": singles["completion_logprobs"].to_numpy(),
-        "completion_advantages": singles["completion_advantages"].to_numpy(),
-        "sampled_mask": [np.ones(len(x), dtype=np.int8) for x in singles["completion_ids"]],
-        "episode_id": singles["episode_id"].to_numpy(), "steps": [[int(s)] for s in singles["step_idx"]],
-    })]  # fmt: skip
+    parts = [
+        pd.DataFrame(
+            {  # the turn's own sequences, as they are (lists or arrays)
+                "prompt_ids": singles["prompt_ids"].to_numpy(),
+                "completion_ids": singles["completion_ids"].to_numpy(),
+                "completion_logprobs": singles["completion_logprobs"].to_numpy(),
+                "completion_advantages": singles["completion_advantages"].to_numpy(),
+                "sampled_mask": [np.ones(len(x), dtype=np.int8) for x in singles["completion_ids"]],
+                "episode_id": singles["episode_id"].to_numpy(),
+                "steps": [[int(s)] for s in singles["step_idx"]],
+            }
+        )
+    ]
     merged: list[dict] = []
     for _, turns in ordered[walked].groupby("episode_id", sort=False):
         current: dict | None = None
@@ -88,8 +94,13 @@ def _append(row: dict, turn: dict) -> None:
 
 
 def _single(turn: dict) -> dict:
-    values = [list(turn["prompt_ids"]), list(turn["completion_ids"]), list(turn["completion_logprobs"]),
-              list(turn["completion_advantages"]), [1] * len(turn["completion_ids"])]  # fmt: skip
+    values = [
+        list(turn["prompt_ids"]),
+        list(turn["completion_ids"]),
+        list(turn["completion_logprobs"]),
+        list(turn["completion_advantages"]),
+        [1] * len(turn["completion_ids"]),
+    ]
     return {
         **dict(zip(COLUMNS, values, strict=True)),
         "episode_id": turn["episode_id"],

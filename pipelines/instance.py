@@ -123,8 +123,10 @@ def repair_schema_stamps(home: Path) -> list[str]:
                 )
             with con:
                 con.execute("DELETE FROM alembic_version WHERE version_num <> ?", [head])
-            lines.append(f"repaired {path}: two first starts had stamped it twice ({', '.join(stamps)}); "
-                         f"kept {head}, the revision its tables were created at")  # fmt: skip
+            lines.append(
+                f"repaired {path}: two first starts had stamped it twice ({', '.join(stamps)}); "
+                f"kept {head}, the revision its tables were created at"
+            )
     return lines
 
 

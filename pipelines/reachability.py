@@ -26,8 +26,10 @@ class StoreUnreachable(ConnectionError):
 def check_reachable(deployment: Deployment, generation: bool = True) -> None:
     """Raise `StoreUnreachable` for the first server of `deployment` that does not answer (none: local profile);
     the generation replicas only with `generation` (commands that generate: a replica down does not stop `verify`)."""
-    for setting, uri in (("[dagster] postgres_url", deployment.dagster.postgres_url),
-                         ("[lineage] catalog", deployment.catalog)):  # fmt: skip
+    for setting, uri in (
+        ("[dagster] postgres_url", deployment.dagster.postgres_url),
+        ("[lineage] catalog", deployment.catalog),
+    ):
         if uri:
             _postgres(deployment, setting, uri)
     if deployment.tracking_uri.startswith(("http://", "https://")):
@@ -79,8 +81,10 @@ def _storage(deployment: Deployment) -> None:
 
     options = dict(deployment.storage_options)
     if deployment.storage_uri.startswith("s3://"):  # one quick try, not botocore's retries with backoff
-        options.setdefault("config_kwargs", {"connect_timeout": TIMEOUT_S, "read_timeout": TIMEOUT_S,
-                                             "retries": {"max_attempts": 1}})  # fmt: skip
+        options.setdefault(
+            "config_kwargs",
+            {"connect_timeout": TIMEOUT_S, "read_timeout": TIMEOUT_S, "retries": {"max_attempts": 1}},
+        )
     objects = ObjectStore(deployment.storage_uri, "", options)
     outcome: list[BaseException | None] = []
 

@@ -71,8 +71,13 @@ def execute_partition(
             job = round_job_def(data_root, job_name)
             tags = {**tags, **job.get_tags_for_partition_key(partition_key, None)}  # execute_job's partition
             # no `with`: entering the result would build every resource again, after the run, to load outputs
-            result = dg.execute_job(_reconstructable_job(data_root, job_name), instance, run_config=quiet, tags=tags,
-                                    raise_on_error=False)  # fmt: skip
+            result = dg.execute_job(
+                _reconstructable_job(data_root, job_name),
+                instance,
+                run_config=quiet,
+                tags=tags,
+                raise_on_error=False,
+            )
     if seen:
         raise RoundInterrupted(result.run_id)
     return result
@@ -146,8 +151,12 @@ def _watching_pools(data_root: str, interrupts: Interrupts) -> Iterator[None]:
     """
     stop = threading.Event()
     previous = signal.signal(signal.SIGUSR1, _raise_woken)
-    watcher = threading.Thread(target=_watch_slot_waits, name="pool-slot-watch", daemon=True,
-                               args=(data_root, interrupts, stop, threading.main_thread().ident))  # fmt: skip
+    watcher = threading.Thread(
+        target=_watch_slot_waits,
+        name="pool-slot-watch",
+        daemon=True,
+        args=(data_root, interrupts, stop, threading.main_thread().ident),
+    )
     watcher.start()
     try:
         yield
@@ -228,8 +237,10 @@ def refuse_if_in_flight(instance, experiment: str) -> None:
         if not run_is_dead(run):
             from creditline.store.leases import LeaseHeldError
 
-            raise LeaseHeldError(f"experiment {experiment!r} has a round in flight: {describe_run(run)}; "
-                                 "wait for it to finish, or terminate it in the Dagster UI")  # fmt: skip
+            raise LeaseHeldError(
+                f"experiment {experiment!r} has a round in flight: {describe_run(run)}; "
+                "wait for it to finish, or terminate it in the Dagster UI"
+            )
 
 
 class RoundStopped(RuntimeError):
@@ -268,8 +279,10 @@ def failure_lines(result, debug: bool, expected: Collection[str] = ()) -> list[s
         elif event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.passed:
             data = event.event_specific_data
             problem = data.metadata.get("problem")
-            lines.append(f"check {data.check_name} on {data.asset_key.to_user_string()} failed: "
-                         f"{getattr(problem, 'value', problem)}")  # fmt: skip
+            lines.append(
+                f"check {data.check_name} on {data.asset_key.to_user_string()} failed: "
+                f"{getattr(problem, 'value', problem)}"
+            )
     return lines
 
 

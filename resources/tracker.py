@@ -71,8 +71,12 @@ def _drop_abandoned_migration_tables(path: Path) -> None:
     if not path.exists():
         return
     with contextlib.closing(sqlite3.connect(path)) as con, con:
-        names = [row[0] for row in con.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]  # fmt: skip
+        names = [
+            row[0]
+            for row in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'"
+            )
+        ]
         for name in names:
             con.execute(f'DROP TABLE "{name}"')
 
@@ -104,8 +108,17 @@ class TrackerResource(dg.ConfigurableResource):
         location = (Path(self.data_root) / "mlflow-artifacts" / experiment).as_uri()
         return client.create_experiment(experiment, artifact_location=location)
 
-    def _find_or_create(self, store: LineageStore, experiment: str, round_: int, recorded: str | None, tag: str,
-                        tags: dict, name: str, params: dict | None) -> str:  # fmt: skip
+    def _find_or_create(
+        self,
+        store: LineageStore,
+        experiment: str,
+        round_: int,
+        recorded: str | None,
+        tag: str,
+        tags: dict,
+        name: str,
+        params: dict | None,
+    ) -> str:
         """The run `recorded` for (experiment, round) (recorded once, never changed: first writer wins), else one found
         by its tags, else a new one; the one recorded."""
         key = (store.path, experiment, round_)
@@ -137,8 +150,16 @@ class TrackerResource(dg.ConfigurableResource):
         """The experiment's parent run (the config as its params), created on first use."""
         key = (store.path, experiment, EXPERIMENT_RUN_ROUND)
         recorded = _RUN_IDS.get(key) or tracking_run_id(store, experiment, EXPERIMENT_RUN_ROUND)
-        return self._find_or_create(store, experiment, EXPERIMENT_RUN_ROUND, recorded, EXPERIMENT_RUN,
-                                    {EXPERIMENT_TAG: experiment}, experiment, config)  # fmt: skip
+        return self._find_or_create(
+            store,
+            experiment,
+            EXPERIMENT_RUN_ROUND,
+            recorded,
+            EXPERIMENT_RUN,
+            {EXPERIMENT_TAG: experiment},
+            experiment,
+            config,
+        )
 
     def round_run(self, store: LineageStore, experiment: str, round_: int, config: dict) -> str:
         """The round's child run, created once; reopened (RUNNING) while an uncommitted round is worked on.
@@ -154,11 +175,26 @@ class TrackerResource(dg.ConfigurableResource):
         with store.session():  # the lineage reads only
             recorded = {r: known[r] or tracking_run_id(store, experiment, r) for r in rounds}
             committed = round_ in round_commits(store, experiment)
-        parent = self._find_or_create(store, experiment, EXPERIMENT_RUN_ROUND, recorded[EXPERIMENT_RUN_ROUND],
-                                      EXPERIMENT_RUN, {EXPERIMENT_TAG: experiment}, experiment, config)  # fmt: skip
-        run_id = self._find_or_create(store, experiment, round_, recorded[round_], str(round_),
-                                      {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
-                                      f"{experiment} round {round_}", None)  # fmt: skip
+        parent = self._find_or_create(
+            store,
+            experiment,
+            EXPERIMENT_RUN_ROUND,
+            recorded[EXPERIMENT_RUN_ROUND],
+            EXPERIMENT_RUN,
+            {EXPERIMENT_TAG: experiment},
+            experiment,
+            config,
+        )
+        run_id = self._find_or_create(
+            store,
+            experiment,
+            round_,
+            recorded[round_],
+            str(round_),
+            {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
+            f"{experiment} round {round_}",
+            None,
+        )
         if not committed:
             for rid in (parent, run_id):
                 if (store.path, rid) not in _CHECKED and self.status(rid) != "RUNNING":
@@ -168,8 +204,15 @@ class TrackerResource(dg.ConfigurableResource):
         )  # (re)opened, or the round is committed
         return run_id
 
-    def log(self, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
-            artifacts: list[str] | None = None, step: int = 0, series: dict[str, list[float]] | None = None) -> None:  # fmt: skip
+    def log(
+        self,
+        run_id: str,
+        metrics: dict[str, float] | None = None,
+        tags: dict[str, str] | None = None,
+        artifacts: list[str] | None = None,
+        step: int = 0,
+        series: dict[str, list[float]] | None = None,
+    ) -> None:
         """Log metrics (at `step`, stamped now), tags, per-update `series` ({key: values}, step = index) and artifact
         files to a run: the metrics and tags in one batch (MLflow takes 1,000 metrics a batch)."""
         from mlflow.entities import Metric, RunTag

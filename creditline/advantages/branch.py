@@ -68,8 +68,10 @@ def branch_links(table: StepTable) -> tuple[np.ndarray, np.ndarray]:
     if "branch_of_episode" not in table.extra:
         return source, at
     names = pd.Series(table.extra["branch_of_episode"][table.ep_start], dtype=object)
-    steps = pd.to_numeric(pd.Series(table.extra.get("branch_of_step", np.full(n_episodes, np.nan))[table.ep_start]),
-                          errors="coerce")  # fmt: skip
+    steps = pd.to_numeric(
+        pd.Series(table.extra.get("branch_of_step", np.full(n_episodes, np.nan))[table.ep_start]),
+        errors="coerce",
+    )
     linked = names.notna().to_numpy() & (names.astype(str) != "").to_numpy()
     codes = pd.Index(table.episode_values).get_indexer(names.where(linked, None))
     episode_ids = table.episode_values
@@ -191,8 +193,9 @@ def spo_tree(table: StepTable, conv: Conventions, *, treerl: bool = False) -> np
     roots = np.flatnonzero(source < 0)
     group = table.ep_group[roots]
     first = values.reindex(roots * seg.m).to_numpy()  # V of each root episode's first segment
-    root_value = (np.bincount(group, weights=first, minlength=table.n_groups)
-                  / np.maximum(np.bincount(group, minlength=table.n_groups), 1))  # fmt: skip
+    root_value = np.bincount(group, weights=first, minlength=table.n_groups) / np.maximum(
+        np.bincount(group, minlength=table.n_groups), 1
+    )
     # every row: its node's value and its parent's (the root path's segment ending where the node starts)
     ep = table.episode
     root_of_row = seg.root_episode[ep] * seg.m

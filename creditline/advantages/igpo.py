@@ -49,8 +49,13 @@ def igpo(
         raise ValueError(f"unknown info_gain {info_gain!r}; valid: {list(INFO_GAINS)}")
     if normalize not in NORMALISATIONS:
         raise ValueError(f"unknown normalize {normalize!r}; valid: {list(NORMALISATIONS)}")
-    gold = extra_column(table, GOLD_COLUMN, "igpo", "the policy's log-probability of the task's gold answer at "
-                        "every step, which the rollouts stage records for an environment with gold_answer()")  # fmt: skip
+    gold = extra_column(
+        table,
+        GOLD_COLUMN,
+        "igpo",
+        "the policy's log-probability of the task's gold answer at "
+        "every step, which the rollouts stage records for an environment with gold_answer()",
+    )
     belief = np.exp(gold) if info_gain == "prob_diff" else gold
     last = np.zeros(table.n_rows, dtype=bool)
     last[table.ep_start + table.ep_len - 1] = True  # (S,) an episode's final turn
@@ -60,6 +65,7 @@ def igpo(
     reward = np.where(last, table.episode_reward, gain)  # (S,)
     # groups: (group, kind) for "separate", the group for "joint"
     codes = table.group * 2 + last if normalize == "separate" else table.group.copy()
-    normalised = group_zscore(reward, codes, table.n_groups * 2, ddof=0, eps_sigma=1e-6, eps_var=1e-8,
-                              singleton="zero")  # fmt: skip
+    normalised = group_zscore(
+        reward, codes, table.n_groups * 2, ddof=0, eps_sigma=1e-6, eps_var=1e-8, singleton="zero"
+    )
     return discounted_suffix_sum(normalised, table.ep_start, table.ep_len, float(gamma))

@@ -75,8 +75,12 @@ def spa(table: StepTable, conv: Conventions, *, gamma: float = 0.99) -> np.ndarr
 
 def model_values(table: StepTable, estimator: str) -> np.ndarray:
     """The sorted `model_reward` column (S,), checked present, numeric and finite."""
-    return extra_column(table, MODEL_REWARD_COLUMN, estimator, "the step-reward model's value of every step, "
-                        "which the round's reward_model stage writes")  # fmt: skip
+    return extra_column(
+        table,
+        MODEL_REWARD_COLUMN,
+        estimator,
+        "the step-reward model's value of every step, which the round's reward_model stage writes",
+    )
 
 
 def whiten(x: np.ndarray) -> np.ndarray:

@@ -102,5 +102,11 @@ def reinforce_pp_baseline(table: StepTable, conv: Conventions) -> np.ndarray:
         if table.completion_length is None
         else table.completion_length.astype(np.float64)
     )  # (S,)
-    return weighted_whiten(centred, tokens, eps_var=conv.eps_var, ddof=conv.ddof_episode,
-                           eps_count=conv.eps_var, eps_sigma=conv.eps_sigma)  # fmt: skip
+    return weighted_whiten(
+        centred,
+        tokens,
+        eps_var=conv.eps_var,
+        ddof=conv.ddof_episode,
+        eps_count=conv.eps_var,
+        eps_sigma=conv.eps_sigma,
+    )

@@ -155,8 +155,12 @@ def _require_numbers(values: np.ndarray, name: str, what: str, ids: IdsFn | None
     row = _first_non_number(values) if values.dtype.kind in "OUS" else 0
     if row is None:  # an object column holding only numbers: fine
         return
-    _fail(f"must be {what}, got {_show(values[row])} (column dtype {values.dtype})", name, row,
-          ids(row) if ids else None)  # fmt: skip
+    _fail(
+        f"must be {what}, got {_show(values[row])} (column dtype {values.dtype})",
+        name,
+        row,
+        ids(row) if ids else None,
+    )
 
 
 def _as_int(values: np.ndarray, name: str, ids: IdsFn | None = None) -> np.ndarray:
@@ -371,8 +375,12 @@ def _group_codes(
     spread = rows != firsts[ep]
     if spread.any():
         r = int(np.flatnonzero(spread)[0])
-        _fail("episode spread over two group_ids", "group_id", int(order[r]),
-              {**ids(r), "group_id": rows[r], "first_step_group_id": firsts[ep[r]]})  # fmt: skip
+        _fail(
+            "episode spread over two group_ids",
+            "group_id",
+            int(order[r]),
+            {**ids(r), "group_id": rows[r], "first_step_group_id": firsts[ep[r]]},
+        )
     return codes, np.asarray(uniques, dtype=object)
 
 

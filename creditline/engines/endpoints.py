@@ -173,30 +173,41 @@ class EndpointsEngine:
             ids, logprobs = list(choice["token_ids"]), list(choice["logprobs"]["token_logprobs"])
             finish = choice["finish_reason"]
         except (KeyError, IndexError, TypeError):
-            raise EndpointError(f"{where}: the answer lacks choices[0].token_ids and .logprobs.token_logprobs "
-                                "(vLLM returns them since 0.10.2)") from None  # fmt: skip
+            raise EndpointError(
+                f"{where}: the answer lacks choices[0].token_ids and .logprobs.token_logprobs "
+                "(vLLM returns them since 0.10.2)"
+            ) from None
         if finish not in ("stop", "length"):
             raise EndpointError(f"{where}: the completion ended with finish_reason={finish!r}")
         if len(logprobs) != len(ids) or any(lp is None for lp in logprobs):
             raise EndpointError(f"{where}: {len(ids)} token ids but {len(logprobs)} log-probs")
-        return Completion(token_ids=[int(t) for t in ids], logprobs=[float(lp) for lp in logprobs],
-                          finish_reason=finish)  # fmt: skip
+        return Completion(
+            token_ids=[int(t) for t in ids], logprobs=[float(lp) for lp in logprobs], finish_reason=finish
+        )
 
     def _reload(self, url: str, folder: str) -> None:
         try:
-            _call(f"{url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": folder}},
-                  self.timeout_s)  # fmt: skip
+            _call(
+                f"{url}/collective_rpc",
+                {"method": "reload_weights", "kwargs": {"weights_path": folder}},
+                self.timeout_s,
+            )
         except EndpointError as error:
             if error.status != 404:
                 raise
-            raise EndpointError(f"{error} (weights are reloaded through vLLM's development routes: start the "
-                                "replica with VLLM_SERVER_DEV_MODE=1)", 404) from None  # fmt: skip
+            raise EndpointError(
+                f"{error} (weights are reloaded through vLLM's development routes: start the "
+                "replica with VLLM_SERVER_DEV_MODE=1)",
+                404,
+            ) from None
         for _ in range(RESET_ATTEMPTS):
             if _call(f"{url}/reset_prefix_cache", {}, self.timeout_s).get("success", True):
                 return
             time.sleep(0.5)
-        raise EndpointError(f"{url}/reset_prefix_cache: still refused after {RESET_ATTEMPTS} tries "
-                            "(is another client generating on this replica?)")  # fmt: skip
+        raise EndpointError(
+            f"{url}/reset_prefix_cache: still refused after {RESET_ATTEMPTS} tries "
+            "(is another client generating on this replica?)"
+        )
 
 
 def completion_request(model_name: str, prompt: Sequence[int], params: SamplingParams, seed: int) -> dict:

@@ -90,7 +90,7 @@ class VLLMSettings:
                 {}
                 if self.on_cpu
                 else {"gpu_memory_utilization": self.gpu_memory_utilization, "enable_sleep_mode": True}
-            ),  # fmt: skip
+            ),
         )
 
 

@@ -77,8 +77,13 @@ def weights_problems(folder: Path, value: str, policy_field: str) -> list:
             with safe_open(str(path), framework="pt") as weights:
                 weights.keys()
         except Exception as exc:  # safetensors raises its own SafetensorError, or OSError
-            return [Problem(policy_field, value, f"has weights vLLM cannot read: {path.name} "
-                            f"({str(exc).splitlines()[0][:120]})")]  # fmt: skip
+            return [
+                Problem(
+                    policy_field,
+                    value,
+                    f"has weights vLLM cannot read: {path.name} ({str(exc).splitlines()[0][:120]})",
+                )
+            ]
     return []
 
 
@@ -109,15 +114,32 @@ def vllm_problems(
     on_cpu = device == "cpu"
     if on_cpu != current_platform.is_cpu():
         built = "CPU" if current_platform.is_cpu() else current_platform.device_name
-        return [Problem("rollouts.device", device, f"the installed vLLM is its {built} build: it cannot run on "
-                        f"{device}")]  # fmt: skip
+        return [
+            Problem(
+                "rollouts.device",
+                device,
+                f"the installed vLLM is its {built} build: it cannot run on {device}",
+            )
+        ]
     problems = []
     if on_cpu and not has_avx512():
-        problems.append(Problem("rollouts.device", device, "vLLM's CPU build needs an x86 processor with AVX-512 "
-                                "(avx512f), which this one lacks: use rollouts.engine = \"torch\""))  # fmt: skip
+        problems.append(
+            Problem(
+                "rollouts.device",
+                device,
+                "vLLM's CPU build needs an x86 processor with AVX-512 "
+                '(avx512f), which this one lacks: use rollouts.engine = "torch"',
+            )
+        )
     if on_cpu and rollouts.get("dtype", "auto") not in CPU_DTYPES:
-        problems.append(Problem("rollouts.dtype", rollouts["dtype"], 'must be "auto", "float32" or "float16" on a '
-                                "CPU: vLLM 0.32's bfloat16 kernels were seen to kill its worker there (SIGILL)"))  # fmt: skip
+        problems.append(
+            Problem(
+                "rollouts.dtype",
+                rollouts["dtype"],
+                'must be "auto", "float32" or "float16" on a '
+                "CPU: vLLM 0.32's bfloat16 kernels were seen to kill its worker there (SIGILL)",
+            )
+        )
     config = policy_shape(initial_policy)
     if config is None:
         return problems
@@ -127,8 +149,14 @@ def vllm_problems(
 
         supported = CPUAttentionBackend.get_supported_head_sizes()
         if size not in supported:
-            problems.append(Problem(policy_field, initial_policy, f"has attention head size {size}, which vLLM's "
-                                    f"CPU attention lacks (it has {', '.join(map(str, supported))})"))  # fmt: skip
+            problems.append(
+                Problem(
+                    policy_field,
+                    initial_policy,
+                    f"has attention head size {size}, which vLLM's "
+                    f"CPU attention lacks (it has {', '.join(map(str, supported))})",
+                )
+            )
     if not initial_policy.startswith("builtin:"):
         problems += weights_problems(Path(initial_policy).expanduser(), initial_policy, policy_field)
     from vllm import ModelRegistry

@@ -268,9 +268,17 @@ class LineageStore:
             old = con.execute(f"SELECT content_hash FROM artifacts WHERE {_KEY_MATCH}", key).fetchone()
             con.execute(
                 f"INSERT OR REPLACE INTO artifacts ({_ARTIFACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [*key, stored.path, stored.content_hash, stored.rows, canonical_json(stored.meta),
-                 stored.created_at, stored.dagster_run_id, canonical_json(edges)],
-            )  # fmt: skip
+                [
+                    *key,
+                    stored.path,
+                    stored.content_hash,
+                    stored.rows,
+                    canonical_json(stored.meta),
+                    stored.created_at,
+                    stored.dagster_run_id,
+                    canonical_json(edges),
+                ],
+            )
             _rebuild_edges(con, sorted({stored.content_hash} | ({old[0]} if old else set())))
             failpoint(f"lineage:{stored.kind}")  # killed here: the transaction never commits
 
@@ -301,16 +309,23 @@ class LineageStore:
         def work(con: duckdb.DuckDBPyConnection) -> None:
             con.execute("DELETE FROM branches WHERE steps_hash = ?", [steps_hash])
             if links:
-                con.executemany("INSERT INTO branches VALUES (?, ?, ?, ?)",
-                                [[steps_hash, e, src, int(t)] for e, src, t in links])  # fmt: skip
+                con.executemany(
+                    "INSERT INTO branches VALUES (?, ?, ?, ?)",
+                    [[steps_hash, e, src, int(t)] for e, src, t in links],
+                )
 
         self.transaction(work)
 
     def branches(self, steps_hash: str) -> list[tuple[str, str, int]]:
         """(episode_id, branch_of_episode, branch_of_step) of the continuations in `steps_hash`, by episode_id."""
-        return [tuple(r) for r in self.fetchall(
-            "SELECT episode_id, branch_of_episode, branch_of_step FROM branches WHERE steps_hash = ? "
-            "ORDER BY episode_id", [steps_hash])]  # fmt: skip
+        return [
+            tuple(r)
+            for r in self.fetchall(
+                "SELECT episode_id, branch_of_episode, branch_of_step FROM branches WHERE steps_hash = ? "
+                "ORDER BY episode_id",
+                [steps_hash],
+            )
+        ]
 
     def record_initial_policy(
         self, experiment: str, path: str, content_hash: str, meta: Mapping[str, Any] | None = None
@@ -387,9 +402,17 @@ class LineageStore:
         s = stored
         self.execute(
             f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [s.dagster_run_id, s.experiment, s.round, s.asset, s.mlflow_run_id, s.code_version,
-             canonical_json(s.config), s.created_at],
-        )  # fmt: skip
+            [
+                s.dagster_run_id,
+                s.experiment,
+                s.round,
+                s.asset,
+                s.mlflow_run_id,
+                s.code_version,
+                canonical_json(s.config),
+                s.created_at,
+            ],
+        )
         return stored
 
     def runs(self, experiment: str, round: int | None = None) -> list[RunRecord]:
@@ -405,9 +428,18 @@ class LineageStore:
         e = dataclasses.replace(evaluation, created_at=_now())
         self.execute(
             f"INSERT OR REPLACE INTO evaluations ({_EVALUATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [e.experiment, e.round, e.policy_hash, e.success_rate, e.mean_return, e.mean_steps,
-             e.invalid_action_rate, e.episodes, e.created_at],
-        )  # fmt: skip
+            [
+                e.experiment,
+                e.round,
+                e.policy_hash,
+                e.success_rate,
+                e.mean_return,
+                e.mean_steps,
+                e.invalid_action_rate,
+                e.episodes,
+                e.created_at,
+            ],
+        )
         return e
 
     def evaluations(self, experiment: str) -> list[EvaluationRecord]:
@@ -502,8 +534,11 @@ class LineageStore:
     def edge_problems(self, experiment: str) -> list[Problem]:
         """The edge checks of `verify` alone (catalog queries, no file is read)."""
         problems: list[Problem] = []
-        found = self.transaction(lambda con: {kind: con.execute(sql, [experiment]).fetchall()
-                                       for kind, sql in _EDGE_CHECKS.items()})  # fmt: skip
+        found = self.transaction(
+            lambda con: {
+                kind: con.execute(sql, [experiment]).fetchall() for kind, sql in _EDGE_CHECKS.items()
+            }
+        )
         for kind, rows in found.items():
             for path, exp, round_, art_kind, variant, child, parent, relation in rows:
                 where = _describe(exp, round_, art_kind, variant) if exp is not None else None
@@ -578,9 +613,11 @@ def consumer_problems(records: Sequence[ArtifactRecord], problems: Sequence[Prob
         for parent, relation in record.parents:
             if (problem := bad.get(parent)) is not None:
                 where = _describe(record.experiment, record.round, record.kind, record.variant)
-                detail = (f"{where} ({record.content_hash[:12]}) is {relation} {names.get(parent, 'an artifact')} "
-                          f"({parent[:12]}), which is {problem.kind.replace('_', ' ')}: round {record.round} "
-                          "consumed an input that no longer matches its record")  # fmt: skip
+                detail = (
+                    f"{where} ({record.content_hash[:12]}) is {relation} {names.get(parent, 'an artifact')} "
+                    f"({parent[:12]}), which is {problem.kind.replace('_', ' ')}: round {record.round} "
+                    "consumed an input that no longer matches its record"
+                )
                 found.append(Problem("consumed", record.path, parent, problem.actual_hash, detail))
     return found
 
