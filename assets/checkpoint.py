@@ -139,13 +139,8 @@ def checkpoint(
         "reference_kl": metrics[-1]["reference_kl"],
         "updates": len(metrics),
     }
-    series = [
-        {
-            k: float(m[k])
-            for k in ("loss", "approx_kl", "clip_fraction", "entropy", "grad_norm", "reference_kl")
-        }
-        for m in metrics
-    ]
+    series_keys = ("loss", "approx_kl", "clip_fraction", "entropy", "grad_norm", "reference_kl")
+    series = [{k: float(m[k]) for k in series_keys} for m in metrics]
     log_round(context, tracker, "checkpoint", run_id, record, summary, series=series)
     return materialized(
         record, parent_checkpoint=parent.content_hash, training_table=training.content_hash, **summary
@@ -153,7 +148,8 @@ def checkpoint(
 
 
 def _train(lineage, config, steps, advantages, parent, reference, round_) -> tuple[Path, list[dict]]:
-    """The update itself: load the parent, train on the round's rows, save the new folder (not yet recorded)."""
+    """The update itself: load the parent, train on the round's rows, save the new folder (not yet
+    recorded)."""
     release_generation_memory()  # vLLM's weights and KV cache leave the GPU the trainer needs
     model, tokenizer = load_policy(parent.path, config.rollouts.device)
     metrics, optimizer_state = train_policy(
@@ -201,6 +197,7 @@ def _train_under_torchrun(
     messages = invocation.get_custom_messages()
     if not messages:
         raise RuntimeError(
-            f"the {engine.train_processes} torchrun ranks ended without rank 0's metrics: see the step's stderr"
+            f"the {engine.train_processes} torchrun ranks ended without rank 0's metrics: "
+            "see the step's stderr"
         )
     return folder, messages[-1]["metrics"]

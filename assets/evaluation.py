@@ -1,5 +1,5 @@
-"""`evaluation`: the round's checkpoint played greedily on held-out tasks (round 1 also scores the initial policy),
-by creditline's engine on `env`, or by a verifiers environment (`[eval.verifiers]`)."""
+"""`evaluation`: the round's checkpoint played greedily on held-out tasks (round 1 also scores the initial
+policy), by creditline's engine on `env`, or by a verifiers environment (`[eval.verifiers]`)."""
 
 import base64
 from pathlib import Path
@@ -32,9 +32,9 @@ VERSION = code_version(__name__)
 def _evaluate_policy(
     context, lineage, engine, config, policy: ArtifactRecord | None, round_: int, run_id: str | None = None
 ) -> tuple[ArtifactRecord, list[EvaluationRecord]]:
-    """Evaluate one checkpoint (None: round `round_`'s, as recorded), write its episode table, record its summary
-    (and link this Dagster run to the round's MLflow run `run_id` in the same session); returns the table's record
-    and the experiment's evaluations up to this round (the learning curve so far)."""
+    """Evaluate one checkpoint (None: round `round_`'s, as recorded), write its episode table, record its
+    summary (and link this Dagster run to the round's MLflow run `run_id` in the same session); returns the
+    table's record and the experiment's evaluations up to this round (the learning curve so far)."""
     store = lineage.store()
     with store.session():  # the lineage reads only
         policy = policy or store.artifact(config.name, round_, "checkpoint")

@@ -4,9 +4,10 @@ value of every step, for the estimators that read one (`creditline.round.fit_rew
 For any other estimator the asset records nothing and says so in its metadata: it is in every round so the
 round's graph does not depend on the estimator. With one, it writes two artifacts:
 
-    reward_model    the model after this round's update, a HF folder (`r<NNN>/reward_model/`): initialized from
-                    the previous round's reward model (round 1: the initial policy), trained on the steps and
-                    the episodes' success (prime) or the scores' episode reward (spa)
+    reward_model    the model after this round's update, a HF folder (`r<NNN>/reward_model/`):
+                    initialized from the previous round's reward model (round 1: the initial policy),
+                    trained on the steps and the episodes' success (prime) or the scores' episode reward
+                    (spa)
     model_rewards   (S rows) episode_id, step_idx, model_reward: the updated model's value of every step
 
 Both are recorded at the end, the model first. A run killed before that leaves nothing recorded; one killed

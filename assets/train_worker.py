@@ -51,7 +51,8 @@ def torchrun_command(
     reference: str | Path | None = None,
     sharding: str = "replicated",
 ) -> list[str]:
-    """The command that trains a round on `processes` ranks of this node (torchrun's standalone rendezvous)."""
+    """The command that trains a round on `processes` ranks of this node (torchrun's standalone
+    rendezvous)."""
     if processes < 1:
         raise ValueError(f"train_processes: {processes} is not a number of processes (at least 1)")
     command = [

@@ -99,8 +99,8 @@ class LineageReport:
     checkpoint_hash: str
     entries: list[AuditEntry]
     problems: tuple[str, ...] = ()
-    """What `verify` finds about the listed artifacts beyond their files (lineage edges deleted or added, rounds
-    that consumed a changed input), one line each: each spoils ``all_match`` too."""
+    """What `verify` finds about the listed artifacts beyond their files (lineage edges deleted or added,
+    rounds that consumed a changed input), one line each: each spoils ``all_match`` too."""
 
     @property
     def all_match(self) -> bool:
@@ -209,8 +209,9 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
 
 
 def _catalog_problems(store: LineageStore, experiment: str, entries: list[AuditEntry]) -> tuple[str, ...]:
-    """The problems `verify` reports about the listed artifacts that their own entries do not show: edges (by the
-    child's path, or the parent's hash) and consumers of a missing or changed artifact (files are not re-read)."""
+    """The problems `verify` reports about the listed artifacts that their own entries do not show: edges (by
+    the child's path, or the parent's hash) and consumers of a missing or changed artifact (files are not
+    re-read)."""
     paths = {e.path for e in entries if e.path}
     hashes = {e.content_hash for e in entries}
     unverifiable = [

@@ -9,13 +9,14 @@ are reported together, one line each, naming the file, the dotted field, the val
 Each field's rule sits next to the field (`creditline.config`, `creditline.trainer.TrainConfig`) as
 dataclass metadata; the annotation gives the type:
 
-    {"range": "(0, 1]"}            int | float: an interval, "[" / "]" closed, "(" / ")" open
-    {"choices": REGISTRY}          str: a collection of names, or a function returning one (read when checking)
-    {"pattern": (REGEX, WORDS)}    str: a full match of REGEX; WORDS says what that means
-    {"resolves": FUNCTION}         str: FUNCTION(value) succeeds (it must import nothing); its ValueError says why not
-    {"items": "[0, 16]"}           tuple[str, ...]: a list of that many non-empty strings (kept as a tuple)
-    dict[str, Any]                 a table of parameters, checked by a relation below
-    bool (no metadata)             true or false
+    {"range": "(0, 1]"}          int | float: an interval, "[" / "]" closed, "(" / ")" open
+    {"choices": REGISTRY}        str: a collection of names, or a function returning one (read when checking)
+    {"pattern": (REGEX, WORDS)}  str: a full match of REGEX; WORDS says what that means
+    {"resolves": FUNCTION}       str: FUNCTION(value) succeeds (it must import nothing); its ValueError says
+                                 why not
+    {"items": "[0, 16]"}         tuple[str, ...]: a list of that many non-empty strings (kept as a tuple)
+    dict[str, Any]               a table of parameters, checked by a relation below
+    bool (no metadata)           true or false
 
 An int field takes a whole number (8, or 8.0 which becomes 8), never a boolean or a string; a float
 field takes ints too, kept as written so that configs registered before these checks keep their hash.
@@ -70,8 +71,8 @@ def registered(module: str, name: str) -> Callable[[], Any]:
 
 
 SELECT_KEYS = ("include", "exclude", "skip")
-"""The keys of verifiers' v1 `SelectConfig` a config may set (`[verifiers] select`); creditline sets `shuffle`,
-`seed` and `limit`."""
+"""The keys of verifiers' v1 `SelectConfig` a config may set (`[verifiers] select`); creditline sets
+`shuffle`, `seed` and `limit`."""
 BUILTIN_POLICY = "builtin:tiny"
 BUILTIN_CHAT_POLICY = "builtin:chat"
 BUILTIN_POLICIES = (BUILTIN_POLICY, BUILTIN_CHAT_POLICY)
@@ -180,7 +181,8 @@ def interval(text: str) -> Interval:
 
 
 def check_value(hint: Any, rule: Mapping[str, Any], value: Any) -> tuple[Any, str | None]:
-    """(the value, normalised; None) if `value` obeys the field's type and rule, else (value, what is allowed)."""
+    """(the value, normalised; None) if `value` obeys the field's type and rule, else (value, what is
+    allowed)."""
     if hint is bool:
         kind = kind_mismatch(value, False)
         return (bool(value), None) if kind is None else (value, f"must be {kind}")
@@ -393,7 +395,8 @@ def size_problems(rollouts: Mapping[str, Any], env_params: Any) -> list[Problem]
 def steps_problems(
     max_steps: Any, rollouts: Mapping[str, Any], eval_: Mapping[str, Any], env_params: Mapping[Any, Any]
 ) -> list[Problem]:
-    """The built environment's own `max_steps` (its default, when env.params gives none) held to the limits."""
+    """The built environment's own `max_steps` (its default, when env.params gives none) held to the
+    limits."""
     if not is_number(max_steps) or not max_steps <= MAX_ENV_STEPS:
         return [
             Problem(
@@ -431,7 +434,8 @@ def branching_problems(
 ) -> list[Problem]:
     """Branching needs an estimator that reads the continuations' links (a continuation is not a fresh
     episode of its task), rollouts that creditline plays (a verifiers environment cannot be restarted), and no
-    sample filter (PROF would weigh a continuation as one more episode of its group, and could drop its source)."""
+    sample filter (PROF would weigh a continuation as one more episode of its group, and could drop its
+    source)."""
     points = branching.get("points", "none")
     if points == "none":
         return []
@@ -589,8 +593,8 @@ _IDX = re.compile(r"\s*(\d+|\d*:\d*(:\d*)?)\s*(,\s*(\d+|\d*:\d*(:\d*)?)\s*)*")
 
 
 def _task_match(name: str, value: Any) -> bool:
-    """A `TaskMatchConfig` list item: an `idx` is a position ≥ 0 or "start:stop:step" slices (comma-separated);
-    `ids`, `keys` and `names` are strings."""
+    """A `TaskMatchConfig` list item: an `idx` is a position ≥ 0 or "start:stop:step" slices
+    (comma-separated); `ids`, `keys` and `names` are strings."""
     if name != "idx" or isinstance(value, str):
         return isinstance(value, str) and (name != "idx" or _IDX.fullmatch(value) is not None)
     number = whole_number(value)
@@ -601,7 +605,10 @@ def initial_policy_problems(value: str, *, files: bool, chat: str | None = None)
     """Problems of `initial_policy` (and of `rollouts.prompt_format` when it is `chat`, a chat format: the
     policy's tokenizer must have a chat template)."""
     if value == BUILTIN_POLICY and chat:
-        why = 'the built-in tiny policy has no chat template: use "plain" or "auto", or initial_policy "builtin:chat"'
+        why = (
+            "the built-in tiny policy has no chat template: "
+            'use "plain" or "auto", or initial_policy "builtin:chat"'
+        )
         return [Problem("rollouts.prompt_format", chat, why)]
     if value in BUILTIN_POLICIES or not files:
         return []
@@ -626,10 +633,16 @@ def tokenizer_problems(folder: Path, value: str, chat: str | None) -> list[Probl
         return [Problem("initial_policy", value, why)]
     problems = []
     if tokenizer.eos_token_id is None:
-        why = "its tokenizer has no EOS token, so a completion could never stop: set eos_token in tokenizer_config.json"
+        why = (
+            "its tokenizer has no EOS token, so a completion could never stop: "
+            "set eos_token in tokenizer_config.json"
+        )
         problems.append(Problem("initial_policy", value, why))
     if chat and not has_chat_template(tokenizer):
-        why = f'the tokenizer of {value} has no chat template: add one to its tokenizer_config.json, or use "plain"'
+        why = (
+            f"the tokenizer of {value} has no chat template: "
+            'add one to its tokenizer_config.json, or use "plain"'
+        )
         problems.append(Problem("rollouts.prompt_format", chat, why))
     return problems
 
@@ -660,7 +673,10 @@ def parameter_problems(
     problems = []
     if unknown:
         names = ", ".join(map(key_text, unknown))
-        allowed = f"unknown parameter{'s' * (len(unknown) > 1)} {names} of {owner}; known: {', '.join(sorted(defaults))}"
+        allowed = (
+            f"unknown parameter{'s' * (len(unknown) > 1)} {names} of {owner}; "
+            f"known: {', '.join(sorted(defaults))}"
+        )
         problems.append(Problem(path, params, allowed + note))
     for key, value in params.items():
         if (kind := kind_mismatch(value, defaults.get(key))) is not None:
@@ -787,7 +803,8 @@ def _try_estimator(estimator: str, params: Mapping[str, Any]) -> None:
 
 
 def _failure(attempt: Callable[[], Any]) -> str | None:
-    """The one-line message of the TypeError or ValueError (or ArithmeticError) `attempt` raises, else None."""
+    """The one-line message of the TypeError or ValueError (or ArithmeticError) `attempt` raises, else
+    None."""
     try:
         attempt()
     except (TypeError, ValueError, ArithmeticError) as exc:

@@ -11,26 +11,26 @@ bench/server_profile.py), except that training on several processes sums gradien
     postgres_url = "postgresql://creditline@db:5432/dagster"   # the instance's runs, events, schedules
     executor = "multiprocess"                                   # in_process | multiprocess | celery | k8s
     max_concurrent = 4                                          # multiprocess: steps at once
-    gpus = 2                                                    # the "gpu" pool's size
+    gpus = 2                                                # the "gpu" pool's size
 
     [lineage]
-    catalog = "postgresql://creditline@db:5432/lineage"          # DuckDB attaches it (postgres extension)
+    catalog = "postgresql://creditline@db:5432/lineage"     # DuckDB attaches it (postgres extension)
 
     [tracking]
     uri = "http://mlflow:5000"
 
     [training]
-    processes = 2                                               # torchrun ranks per training step
-    sharding = "fsdp"                                           # replicated | fsdp (blocks split across ranks)
+    processes = 2                                           # torchrun ranks per training step
+    sharding = "fsdp"                                       # replicated | fsdp (blocks split across ranks)
 
     [generation]
-    endpoints = ["http://gen-0:8000", "http://gen-1:8000"]      # `vllm serve` replicas, data parallel
-    model = "policy"                                            # the name they serve (--served-model-name)
-    tensor_parallel_size = 2                                    # vLLM in the step's process: GPUs per engine
+    endpoints = ["http://gen-0:8000", "http://gen-1:8000"]  # `vllm serve` replicas, data parallel
+    model = "policy"                                        # the name they serve (--served-model-name)
+    tensor_parallel_size = 2                                # vLLM in the step's process: GPUs per engine
 
     [storage]
-    uri = "s3://bucket/creditline"                              # every artifact published here before its record
-    options = {endpoint_url = "http://minio:9000"}              # fsspec options; credentials from the environment
+    uri = "s3://bucket/creditline"                          # every artifact published here before its record
+    options = {endpoint_url = "http://minio:9000"}          # fsspec options; credentials from the environment
 
 Every field is optional. A typo or a value of the wrong type is refused naming the file and the field.
 """
@@ -52,14 +52,17 @@ SHARDINGS = ("replicated", "fsdp")
 @dataclass(frozen=True)
 class DagsterSettings:
     postgres_url: str = ""
-    """The Dagster instance's storage (runs, event log, schedules) on Postgres; empty: sqlite files in DAGSTER_HOME."""
+    """The Dagster instance's storage (runs, event log, schedules) on Postgres; empty: sqlite files in
+    DAGSTER_HOME."""
     executor: str = "in_process"
-    """How a run's steps execute: in the run's process, one process each, Celery workers or Kubernetes jobs."""
+    """How a run's steps execute: in the run's process, one process each, Celery workers or Kubernetes
+    jobs."""
     max_concurrent: int = 0
     """multiprocess: steps running at once; 0: one per CPU."""
     gpus: int = 1
-    """Size of the "gpu" pool (rollouts, reward model, training, evaluation): how many such steps run at once. A
-    concurrency limit only: nothing assigns each step its own device (set CUDA_VISIBLE_DEVICES per worker)."""
+    """Size of the "gpu" pool (rollouts, reward model, training, evaluation): how many such steps run at once.
+    A concurrency limit only: nothing assigns each step its own device (set CUDA_VISIBLE_DEVICES per
+    worker)."""
     max_concurrent_runs: int = 4
     """Runs the instance's run queue lets start at once."""
 
@@ -76,17 +79,18 @@ class Deployment:
     train_processes: int = 1
     """[training] processes: torchrun ranks that train one checkpoint; 1 trains in the step's own process."""
     train_sharding: str = "replicated"
-    """[training] sharding: "replicated" (every rank holds the whole model) or "fsdp" (each transformer block's
-    parameters, gradients and optimiser moments split across the ranks: `creditline.distributed`)."""
+    """[training] sharding: "replicated" (every rank holds the whole model) or "fsdp" (each transformer
+    block's parameters, gradients and optimiser moments split across the ranks: `creditline.distributed`)."""
     generation_endpoints: tuple[str, ...] = ()
-    """[generation] endpoints: base URLs of OpenAI-compatible servers (`vllm serve` with VLLM_SERVER_DEV_MODE=1,
-    or `creditline serve`) that generate every round's rollouts and evaluations as data-parallel replicas,
-    reloading each round's checkpoint (`creditline.engines.endpoints`); empty: the experiment's own engine."""
+    """[generation] endpoints: base URLs of OpenAI-compatible servers (`vllm serve` with
+    VLLM_SERVER_DEV_MODE=1, or `creditline serve`) that generate every round's rollouts and evaluations as
+    data-parallel replicas, reloading each round's checkpoint (`creditline.engines.endpoints`); empty: the
+    experiment's own engine."""
     generation_model: str = "policy"
     """[generation] model: the model name the replicas serve."""
     tensor_parallel_size: int = 0
-    """[generation] tensor_parallel_size: GPUs an in-process vLLM engine spans on these machines (the experiment's
-    `rollouts.tensor_parallel_size` otherwise); 0: the experiment's."""
+    """[generation] tensor_parallel_size: GPUs an in-process vLLM engine spans on these machines (the
+    experiment's `rollouts.tensor_parallel_size` otherwise); 0: the experiment's."""
     storage_uri: str = ""
     """[storage] uri: an fsspec URI every recorded artifact is published under (`creditline.store.objects`);
     empty: the data root only."""

@@ -57,9 +57,10 @@ def export_lines(
 ) -> Iterator[str]:
     """The JSON lines of `format_` for one round (see the module doc): `pr941` in (task, sample) order,
     `prime-rl` by episode id, then chain; `verifiers-v1` in the order of `source`, the round's staged
-    `traces.jsonl`. `temperature`: the experiment's `[rollouts]` one, used where the steps record none. `source` / `source_format`: an imported round's staged file and its format ("classic"
-    results.jsonl or "v1" traces.jsonl), None for a round played here; `env_name`: the experiment's
-    environment (prime-rl's `env_name`); `system`: the system message of a chat round played here."""
+    `traces.jsonl`. `temperature`: the experiment's `[rollouts]` one, used where the steps record none.
+    `source` / `source_format`: an imported round's staged file and its format ("classic" results.jsonl or
+    "v1" traces.jsonl), None for a round played here; `env_name`: the experiment's environment (prime-rl's
+    `env_name`); `system`: the system message of a chat round played here."""
     if format_ == "verifiers-v1" and (source is None or source_format != "v1" or "source_ref" not in steps):
         raise ValueError(f"round {round_} was not imported from verifiers v1 traces: nothing to fill")
     rows = _joined(steps, scores, advantages)

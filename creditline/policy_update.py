@@ -33,7 +33,8 @@ def update_policy(
     optimizer_state: dict | None,
     reference_policy: str | Path | None = None,
 ) -> tuple[list[dict], dict]:
-    """Train `model` in place on `rows` (`creditline.round.training_rows`); return (per-update metrics, optimiser state).
+    """Train `model` in place on `rows` (`creditline.round.training_rows`); return (per-update metrics,
+    optimiser state).
 
     `reference_policy` is the folder of π_ref, loaded only when `[train] kl_coef` > 0.
     """

@@ -1,5 +1,5 @@
-"""One round's stages, in the order the pipeline runs them: generate → score → (reward model) → advantages →
-train → evaluate.
+"""One round's stages, in the order the pipeline runs them: generate → score → (reward model) →
+advantages → train → evaluate.
 
 Each stage is a function of its inputs alone (tables, a model, the experiment config): no Dagster, DuckDB
 or MLflow in here. The round's assets (`assets/`), `creditline import` and the benchmarks
@@ -250,7 +250,8 @@ def train_policy(
     optimizer_state: dict | None,
     reference_policy: str | Path | None = None,
 ) -> tuple[list[dict], dict]:
-    """Stage 4: the clipped policy-gradient update of `model` in place; (per-update metrics, optimiser state)."""
+    """Stage 4: the clipped policy-gradient update of `model` in place; (per-update metrics, optimiser
+    state)."""
     rows = training_rows(steps, advantages)
     if "kept" in rows:  # a sample filter's dropped episodes are not trained on
         rows = rows[rows["kept"].to_numpy(dtype=bool)]

@@ -1,4 +1,5 @@
-"""Serving a policy checkpoint the way vLLM's OpenAI-compatible server does: request dict in, response dict out.
+"""Serving a policy checkpoint the way vLLM's OpenAI-compatible server does: request dict in, response dict
+out.
 
 Outside rollout code (PrimeIntellect's verifiers, any OpenAI client) talks to a model over HTTP. To train a
 creditline policy on such rollouts, the server must return what vLLM returns for RL: the prompt's token

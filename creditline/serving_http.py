@@ -13,7 +13,8 @@ Routes (vLLM's paths; the OpenAI ones under `/v1`, vLLM's own at the root):
 
 With `VLLM_SERVER_DEV_MODE=1` in the environment (vLLM's gate for its development routes: an integer, non-zero
 enables them), the two routes a client needs to switch a running replica to another checkpoint of the same
-architecture, as vLLM 0.32 answers them (vllm/entrypoints/serve/dev/rpc/api_router.py, dev/cache/api_router.py):
+architecture, as vLLM 0.32 answers them (vllm/entrypoints/serve/dev/rpc/api_router.py,
+dev/cache/api_router.py):
 
     POST /collective_rpc               {"method": "reload_weights", "kwargs": {"weights_path": FOLDER}} ->
                                        {"results": [null]}; the engine is rebuilt from FOLDER (a torch engine)
@@ -70,11 +71,13 @@ DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 """The environment variable that enables vLLM's development routes (here: the weight reload ones)."""
 
 _NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype"})
-"""config.json fields that may differ between checkpoints of one architecture (a trainer's save rewrites them)."""
+"""config.json fields that may differ between checkpoints of one architecture (a trainer's save rewrites
+them)."""
 
 
 def dev_mode() -> bool:
-    """Whether `VLLM_SERVER_DEV_MODE` enables the development routes, read as vLLM reads it (`bool(int(...))`)."""
+    """Whether `VLLM_SERVER_DEV_MODE` enables the development routes, read as vLLM reads it
+    (`bool(int(...))`)."""
     value = os.environ.get(DEV_MODE_ENV, "0")
     try:
         return bool(int(value))
@@ -193,8 +196,9 @@ def reload_weights_path(body, served_folder: str) -> str:
 
 
 def reload_policy(server: serving.PolicyServer, folder: str | Path) -> serving.PolicyServer:
-    """`server` serving the weights of `folder`, a checkpoint of the same architecture (vLLM's `reload_weights`):
-    a torch engine is rebuilt from the folder on its device, a vLLM engine reloads its weights in place."""
+    """`server` serving the weights of `folder`, a checkpoint of the same architecture (vLLM's
+    `reload_weights`): a torch engine is rebuilt from the folder on its device, a vLLM engine reloads its
+    weights in place."""
     from creditline.engines.torch_engine import TorchEngine
     from creditline.policy import load_tokenizer
 
@@ -234,7 +238,8 @@ def _error(exc: RequestError) -> JSONResponse:
 
 
 class _AnnouncingServer(uvicorn.Server):
-    """Prints one `serving ... on http://HOST:PORT/v1` line once the socket listens (port 0: the one chosen)."""
+    """Prints one `serving ... on http://HOST:PORT/v1` line once the socket listens (port 0: the one
+    chosen)."""
 
     def __init__(self, config: uvicorn.Config, announcement: str):
         super().__init__(config)
@@ -285,7 +290,8 @@ def serve(server: serving.PolicyServer, host: str = "127.0.0.1", port: int = 800
 
 @contextlib.contextmanager
 def serving_in_background(server: serving.PolicyServer, seed: int = 0) -> Iterator[str]:
-    """Serve `server` on a free 127.0.0.1 port from a thread of this process; yield its `/v1` URL, stop on exit.
+    """Serve `server` on a free 127.0.0.1 port from a thread of this process; yield its `/v1` URL, stop on
+    exit.
 
     For a round whose rollouts a verifiers environment plays (`creditline.verifiers_source`): the policy is
     loaded once, here, and nothing is left running if the round fails."""

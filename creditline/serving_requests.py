@@ -246,7 +246,8 @@ def chat_messages(messages) -> list[dict]:
 
 
 def chat_tools(tools) -> list[dict] | None:
-    """OpenAI `tools` (`[{"type": "function", "function": {"name", ...}}]`), passed to the template as given."""
+    """OpenAI `tools` (`[{"type": "function", "function": {"name", ...}}]`), passed to the template as
+    given."""
     if tools is None or tools == []:
         return None
     if not isinstance(tools, list) or not all(

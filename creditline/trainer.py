@@ -1,8 +1,9 @@
 """Token-level clipped policy-gradient update on `completion_advantages`.
 
 For every completion token t of every step row, with μ the sampling distribution that produced the
-token (the engine's log-probs, same temperature and nucleus) and π_old the policy the round's rollouts stand for,
-the PPO clipped surrogate (Schulman et al. 2017, Eq. 7) with ρ_t = π_θ(y_t | x, y_<t) / π_old(y_t | …) is
+token (the engine's log-probs, same temperature and nucleus) and π_old the policy the round's rollouts stand
+for, the PPO clipped surrogate (Schulman et al. 2017, Eq. 7) with ρ_t = π_θ(y_t | x, y_<t) / π_old(y_t |
+…) is
 
     L = (1 / N) Σ_t [ − w_t · min(ρ_t · A_t, clip(ρ_t, 1 − ε, 1 + ε) · A_t)
                       + β_KL · k3(π_ref, π_θ)_t ]  −  β_H · (1 / N) Σ_t H_t,
@@ -245,7 +246,8 @@ def train(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     sharded = is_sharded(model)
-    # sharded: the per-tensor AdamW (CUDA's default multi-tensor one cannot mix DTensor blocks and whole tensors)
+    # sharded: the per-tensor AdamW (CUDA's default multi-tensor one cannot mix DTensor blocks and whole
+    # tensors)
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=config.learning_rate,

@@ -32,9 +32,9 @@ COLUMNS = ["prompt_ids", "completion_ids", "completion_logprobs", "completion_ad
 def merge_turns(rows: pd.DataFrame) -> pd.DataFrame:
     """The training rows of `rows`: each episode's turns merged while they chain (see the module doc).
 
-    Ordered by (episode_id, first step); a row's sequences are lists or arrays. Only the episodes where a turn's prompt is at least as long as the
-    previous turn's prompt + completion can chain and are walked turn by turn; every other turn (all of
-    them with plain prompts) is its own row, built column-wise.
+    Ordered by (episode_id, first step); a row's sequences are lists or arrays. Only the episodes where a
+    turn's prompt is at least as long as the previous turn's prompt + completion can chain and are walked turn
+    by turn; every other turn (all of them with plain prompts) is its own row, built column-wise.
     """
     ordered = rows.sort_values(["episode_id", "step_idx"], kind="stable").reset_index(drop=True)
     prompt_length = ordered["prompt_ids"].map(len).to_numpy()

@@ -1,4 +1,5 @@
-"""Reading verifiers' classic output: `results.jsonl` (+ `metadata.json`), verifiers ≤ 0.3.x (`verifiers.legacy`).
+"""Reading verifiers' classic output: `results.jsonl` (+ `metadata.json`), verifiers ≤ 0.3.x
+(`verifiers.legacy`).
 
 One JSON line per rollout (a `RolloutOutput`): `example_id` (the group: rollouts of one example),
 `reward`, `metrics` (each reward function's and metric's value by name), `stop_condition`, and, when the

@@ -138,7 +138,8 @@ def source_tables(source: Source, experiment: str, round_: int) -> RolloutTables
 
 
 def token_id_problem(source: Source, vocab_size: int) -> str | None:
-    """Why the source cannot train a policy with `vocab_size` token ids (ids from another tokenizer), or None."""
+    """Why the source cannot train a policy with `vocab_size` token ids (ids from another tokenizer), or
+    None."""
     for rollout in source.rollouts:
         for t, step in enumerate(rollout.steps):
             top = max(step.prompt_ids + step.completion_ids, default=-1)

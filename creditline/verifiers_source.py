@@ -1,5 +1,5 @@
-"""A verifiers environment plays a round's rollouts, or its evaluation: serve a checkpoint, run the environment,
-keep its files.
+"""A verifiers environment plays a round's rollouts, or its evaluation: serve a checkpoint, run the
+environment, keep its files.
 
 With `[verifiers] env_id` set, a round's rollouts are not played by creditline's engine on `env` but by a
 verifiers environment, the way its users run it, against the round's parent checkpoint; with
@@ -46,7 +46,8 @@ class VerifiersRunError(RuntimeError):
 
 @dataclass(frozen=True)
 class VerifiersRun:
-    """One run of a verifiers environment against a served checkpoint: which environment, which examples, how."""
+    """One run of a verifiers environment against a served checkpoint: which environment, which examples,
+    how."""
 
     settings: VerifiersSettings
     split: str

@@ -6,8 +6,9 @@
     creditline verify [--experiment NAME] [--json]
     creditline register [--experiment NAME] [--config FILE]
     creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
-    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out OUT.parquet
-    creditline export [--experiment NAME] [--round R] --format pr941|prime-rl|verifiers-v1|prime-rl-rollouts
+    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out
+    OUT.parquet creditline export [--experiment NAME] [--round R] --format
+    pr941|prime-rl|verifiers-v1|prime-rl-rollouts
                       [--rubric VERSION] --out FILE.jsonl|DIR
     creditline serve --policy FOLDER | --experiment NAME [--round N] [--engine torch|vllm] [--port P]
 
@@ -74,7 +75,8 @@ def _write_out(write, text: str):
 
 
 def _store(data_root: str) -> LineageStore:
-    """The store `deployed_resources(data_root)["lineage"]` opens (the same object), without Dagster's import."""
+    """The store `deployed_resources(data_root)["lineage"]` opens (the same object), without Dagster's
+    import."""
     deployment = load_deployment()
     return open_store(
         data_root,
@@ -169,8 +171,8 @@ def _run_round(args, instance, store, experiment: str, round_: int, rounds: int)
 
 
 def _round_failed(args, experiment: str, round_: int, result) -> int:
-    """Say why a round failed: a failed blocking check, or a step failed with an expected error class (a changed
-    input, say), is an expected error (exit 2); anything else a failed round (exit 1)."""
+    """Say why a round failed: a failed blocking check, or a step failed with an expected error class (a
+    changed input, say), is an expected error (exit 2); anything else a failed round (exit 1)."""
     from pipelines.reaper import close_round_tracking
     from pipelines.round_runner import RoundStopped, failure_lines, stopped_by_checks
 
@@ -291,7 +293,8 @@ def cmd_rescore(args) -> int:
             f"rescore {args.experiment} with {version}",
         )
         print(
-            f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds {_spans(rounds)})"
+            f"launched backfill {backfill} on {url}: "
+            f"{len(keys)} partitions ({version}, rounds {_spans(rounds)})"
         )
         return 0
     for round_, key in zip(rounds, keys, strict=True):
@@ -612,7 +615,10 @@ def cmd_export(args) -> int:
         files = export_rollout_files(round_, steps, scores, advantages, source)
         for relative, lines in files.items():
             text = "".join(line + "\n" for line in lines)
-            _write_out(lambda: write_bytes_atomic(text.encode("utf-8"), out / relative), args.out)  # noqa: B023
+            _write_out(
+                lambda: write_bytes_atomic(text.encode("utf-8"), out / relative),  # noqa: B023
+                args.out,
+            )
             print(f"wrote {len(lines)} episodes of {args.experiment} round {round_} to {out / relative}")
         return 0
     system = _chat_system(store, config, round_) if args.format == "pr941" and source is None else None
@@ -870,22 +876,16 @@ def build_parser() -> argparse.ArgumentParser:
 EXPECTED_ERRORS = {
     "pipelines.round_runner": ("RoundStopped",),
     "creditline.config_checks": ("ConfigError",),
-    "creditline.store.errors": (
-        "ExperimentConfigMismatch",
-        "StoreLockedError",
-        "CatalogTooNewError",
-        "CatalogUnreachableError",
-        "CatalogDamagedError",
-        "TrackingStoreError",
-        "ChangedInputError",
-    ),
+    "creditline.store.errors": ("ExperimentConfigMismatch", "StoreLockedError", "CatalogTooNewError",
+                                "CatalogUnreachableError", "CatalogDamagedError", "TrackingStoreError",
+                                "ChangedInputError"),
     "creditline.store.leases": ("LeaseHeldError",),
     "creditline.lineage_chain": ("ParentCheckpointError",),
     "schemas.validate": ("TableValidationError",),
     "creditline.advantages.table": ("AdvantageInputError",),
     "creditline.deployment": ("DeploymentError",),
     "pipelines.reachability": ("StoreUnreachable",),
-}
+}  # fmt: skip
 """Failures a user causes and can fix (besides `UsageError`), by the module that defines them: one line each,
 exit 2 (everything else is a bug)."""
 

@@ -4,12 +4,12 @@ Schedules cannot add dynamic partitions, so a sensor does it. On each tick it fi
 dead runs left (`pipelines.reaper`: runs marked failed, pool slots freed, MLflow runs closed) and
 makes every rubric version a partition. Before it requests an experiment's round it clears the temp
 files and folders that dead writers left under the experiment's folder (`remove_orphans`: a worker
-killed mid-write leaves one, and `verify` would report it for ever). Then, for each experiment in the lineage store: unless a
-`creditline run` holds the experiment's lease or a round of it is in flight, it requests the first
-round without a commit point, up to the config's `rounds`, adding its partition. A round whose last
+killed mid-write leaves one, and `verify` would report it for ever). Then, for each experiment in the lineage
+store: unless a `creditline run` holds the experiment's lease or a round of it is in flight, it requests the
+first round without a commit point, up to the config's `rounds`, adding its partition. A round whose last
 run was killed (reaped) is requested again, up to MAX_ATTEMPTS; a round that failed for another
-reason (a step failed) waits for a person. The run key is the partition key (plus the attempt), so a repeated tick
-never launches the same attempt twice. An optional cron window (UTC) limits when rounds may start.
+reason (a step failed) waits for a person. The run key is the partition key (plus the attempt), so a repeated
+tick never launches the same attempt twice. An optional cron window (UTC) limits when rounds may start.
 """
 
 from __future__ import annotations

@@ -5,13 +5,14 @@ With ℓ_t the policy's mean log-probability of the gold answer's tokens teacher
 (column ``gold_logprob``, computed in the rollouts stage by `creditline.gold_answer`; the prompt of step t
 holds the results of turns < t), per step row t of an episode of T steps:
 
-    info gain     r_t = p(ℓ_{t+1}) − p(ℓ_t)         t < T − 1;  p = exp ("prob_diff", the paper's π(a|q, o≤t))
-                                                                  or the identity ("log_prob_diff", the recipe's)
-    outcome       r_{T−1} = R                        the episode reward (the paper's answer F1)
-    normalise     r̃ = (r − μ) / (σ + ε)              per group: "separate" z-scores the info gains and the
-                                                      outcomes apart, "joint" pools them; population σ
-                                                      = sqrt(var + 1e-8), ε = 1e-6, a singleton → 0
-    accumulate    A_t = r̃_t + γ · A_{t+1}           (turn-level discounted sum, γ = 1 in the recipe)
+    info gain     r_t = p(ℓ_{t+1}) − p(ℓ_t)      t < T − 1;  p = exp ("prob_diff", the paper's
+                                                 π(a|q, o≤t)) or the identity ("log_prob_diff",
+                                                 the recipe's)
+    outcome       r_{T−1} = R                    the episode reward (the paper's answer F1)
+    normalise     r̃ = (r − μ) / (σ + ε)          per group: "separate" z-scores the info gains and the
+                                                 outcomes apart, "joint" pools them; population σ
+                                                 = sqrt(var + 1e-8), ε = 1e-6, a singleton → 0
+    accumulate    A_t = r̃_t + γ · A_{t+1}        (turn-level discounted sum, γ = 1 in the recipe)
 
 This is the code of the IGPO fork at 745078b (``compute_grpo_outcome_advantage`` with
 ``info_gain_norm_mode`` and ``gamma``; its recipe: ``log_prob_diff``, ``separate``, γ = 1), as the shared

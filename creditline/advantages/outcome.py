@@ -5,7 +5,8 @@ its group (group_id):
 
 * GRPO (Shao et al. 2024, arXiv 2402.03300, §4.1.2):  A_i = (r_i − μ_g) / (σ_g + ε)
 * Dr.GRPO (Liu et al. 2025, arXiv 2503.20783):        A_i = r_i − μ_g       (``norm_by_std=False``)
-* RLOO (Ahmadian et al. 2024, arXiv 2402.14740):       A_i = r_i − mean_{j≠i} r_j = n/(n−1)·(r_i − μ_g)
+* RLOO (Ahmadian et al. 2024, arXiv 2402.14740):       A_i = r_i − mean_{j≠i} r_j
+                                                           = n/(n−1)·(r_i − μ_g)
 * REINFORCE++-baseline (Hu 2025, arXiv 2501.03262):    a_i = r_i − μ_g, then batch whitening over
   tokens: A = (a − m)/sqrt(v + 1e-8), m, v = token-weighted mean and (Bessel-corrected) variance
   (verl ``masked_whiten``, including ``masked_mean``'s Σmask + 1e-8; see the function).

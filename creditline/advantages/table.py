@@ -200,7 +200,8 @@ def _read_columns(steps: Any, required: tuple[str, ...], code_anchors: bool = Tr
     missing = [c for c in required if c not in present]
     if missing:
         raise AdvantageInputError(
-            f"missing column(s) {missing}; required columns are {list(required)}, got {sorted(map(str, present))}"
+            f"missing column(s) {missing}; "
+            f"required columns are {list(required)}, got {sorted(map(str, present))}"
         )
     cols: dict[str, Any] = {"group_id": None, "anchor_key": None, "episode_reward": None, LENGTH_COLUMN: None}
     ep_codes, ep_values = cols["episode_id"] = _factorize(
@@ -302,13 +303,15 @@ def with_extra_columns(table: StepTable, steps: Any, names: tuple[str, ...]) -> 
 
 def extra_column(table: StepTable, name: str, estimator: str, needs: str) -> np.ndarray:
     """The extra column ``name`` (S,) float64 in sorted row order, refused by name when the input lacks it
-    (``estimator`` "needs" it: what it is and where it comes from), holds a non-number, or a NaN or infinity."""
+    (``estimator`` "needs" it: what it is and where it comes from), holds a non-number, or a NaN or
+    infinity."""
     if name not in table.extra:
         raise AdvantageInputError(f"column {name!r}: estimator {estimator!r} needs {needs}")
     values = table.extra[name]
     if values.dtype.kind not in "iuf" and (r := _first_non_number(values)) is not None:
         raise AdvantageInputError(
-            f"column {name!r}: must be numbers, got {_show(values[r])} (example: input row {int(table.order[r])})"
+            f"column {name!r}: must be numbers, got {_show(values[r])} "
+            f"(example: input row {int(table.order[r])})"
         )
     values = values.astype(np.float64)
     if not np.isfinite(values).all():

@@ -137,7 +137,8 @@ def release_dead_leases(store: LineageStore, ttl_s: float = LEASE_TTL_S) -> list
             )
         )
         lines.append(
-            f"released experiment {experiment!r}'s lease, held by a `creditline run` that died ({description})"
+            f"released experiment {experiment!r}'s lease, "
+            f"held by a `creditline run` that died ({description})"
         )
     return lines
 

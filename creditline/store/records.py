@@ -47,7 +47,8 @@ class FileRecord:
     bytes: int
     """Size of the file on disk."""
     fingerprint: dict[str, list[int]] | None = None
-    """`files.stat_fingerprint` of the file that landed, taken by the writer (None: someone replaced it at once)."""
+    """`files.stat_fingerprint` of the file that landed, taken by the writer (None: someone replaced it at
+    once)."""
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,8 @@ def tracking_runs(store: LineageStore, experiment: str) -> dict[int, str]:
 ROUND_KINDS = ("episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation")
 """Every artifact kind a finished round has recorded."""
 OPTIONAL_ROUND_KINDS = ("reward_model", "model_rewards")
-"""Kinds only some rounds record (a step-reward model's, for the estimators that read one); committed when there."""
+"""Kinds only some rounds record (a step-reward model's, for the estimators that read one); committed when
+there."""
 
 
 def round_problems(store: LineageStore, experiment: str) -> list[Problem]:
