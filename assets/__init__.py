@@ -6,8 +6,8 @@ import warnings
 import dagster as dg
 from transformers.utils import logging as transformers_logging
 
-# Partitioned asset checks ("preview") and the multi-to-single partition mapping ("beta") are relied on
-# knowingly.
+# Partitioned asset checks ("preview") and the multi-to-single partition mapping ("beta")
+# are relied on knowingly.
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # MultiToSingleDimensionPartitionMapping
 transformers_logging.disable_progress_bar()  # no "Loading weights" bars in every run's log

@@ -98,15 +98,15 @@ def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> None:
             f"{type(model).__name__} names no transformer blocks (_no_split_modules): "
             'it cannot be sharded; train it with sharding "replicated"'
         )
-    # named, not FSDP's default (the machine's accelerator): gloo ranks on a GPU host keep their shards on the
-    # CPU
+    # named, not FSDP's default (the machine's accelerator):
+    # gloo ranks on a GPU host keep their shards on the CPU
     mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
     for block in blocks:
         fully_shard(
             block, mesh=mesh, reshard_after_forward=True
         )  # each block is a root: whole only while it runs
-        # the SUM over ranks, as `sum_update` (FSDP's default is the mean), as a plain SUM (gloo has no
-        # PREMUL_SUM)
+        # the SUM over ranks, as `sum_update` (FSDP's default is the mean),
+        # as a plain SUM (gloo has no PREMUL_SUM)
         block.set_gradient_divide_factor(1.0)
         block.set_force_sum_reduction_for_comms(True)
 

@@ -246,8 +246,8 @@ def train(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     sharded = is_sharded(model)
-    # sharded: the per-tensor AdamW (CUDA's default multi-tensor one cannot mix DTensor blocks and whole
-    # tensors)
+    # sharded: the per-tensor AdamW
+    # (CUDA's default multi-tensor one cannot mix DTensor blocks and whole tensors)
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=config.learning_rate,
