@@ -1,11 +1,13 @@
-"""Dagster assets: a round (episodes, steps → scores → reward model → advantages → checkpoint → evaluation) and the re-score branch."""
+"""Dagster assets: a round (episodes, steps → scores → reward model → advantages → checkpoint →
+evaluation) and the re-score branch."""
 
 import warnings
 
 import dagster as dg
 from transformers.utils import logging as transformers_logging
 
-# Partitioned asset checks ("preview") and the multi-to-single partition mapping ("beta") are relied on knowingly.
+# Partitioned asset checks ("preview") and the multi-to-single partition mapping ("beta")
+# are relied on knowingly.
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # MultiToSingleDimensionPartitionMapping
 transformers_logging.disable_progress_bar()  # no "Loading weights" bars in every run's log

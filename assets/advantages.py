@@ -94,15 +94,32 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
     with store.session():  # the records only
         if written is not None:
             record = record_table(
-                context, lineage, written, kind="advantages", experiment=experiment, round_=round_,
-                meta={"estimator": settings.estimator, "params": settings.params, "params_hash": digest,
-                      **({"sample_filter": settings.sample_filter, "filter_remove": settings.filter_remove}
-                         if settings.sample_filter != "none" else {})},
+                context,
+                lineage,
+                written,
+                kind="advantages",
+                experiment=experiment,
+                round_=round_,
+                meta={
+                    "estimator": settings.estimator,
+                    "params": settings.params,
+                    "params_hash": digest,
+                    **(
+                        {"sample_filter": settings.sample_filter, "filter_remove": settings.filter_remove}
+                        if settings.sample_filter != "none"
+                        else {}
+                    ),
+                },
                 parents=parents,
-            )  # fmt: skip
+            )
         record_run(context, lineage, config, "advantages", VERSION, round_, run_id)
     log_round(context, tracker, "advantages", run_id, record, metrics, artifacts=[str(picture)])
     return materialized(
-        record, estimator=settings.estimator, params_hash=digest, **metrics,
-        credit_per_step=dg.MetadataValue.md(f"![credit per step](data:image/png;base64,{base64.b64encode(png).decode()})"),
-    )  # fmt: skip
+        record,
+        estimator=settings.estimator,
+        params_hash=digest,
+        **metrics,
+        credit_per_step=dg.MetadataValue.md(
+            f"![credit per step](data:image/png;base64,{base64.b64encode(png).decode()})"
+        ),
+    )

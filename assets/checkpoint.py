@@ -60,8 +60,11 @@ def checkpoint(
         steps_record = lookup_artifact(lineage, experiment, round_, "steps")
         advantages_record = lookup_artifact(lineage, experiment, round_, "advantages")
         parent = parent_record(store, experiment, round_)
-        parents = [(parent.content_hash, "initialized_from"), (advantages_record.content_hash, "trained_on"),
-                   (steps_record.content_hash, "trained_on")]  # fmt: skip
+        parents = [
+            (parent.content_hash, "initialized_from"),
+            (advantages_record.content_hash, "trained_on"),
+            (steps_record.content_hash, "trained_on"),
+        ]
         record = recorded_output(lineage, experiment, round_, "checkpoint", parents)
         training = (
             None
@@ -88,22 +91,44 @@ def checkpoint(
             folder, metrics = _train(lineage, config, steps, advantages, parent, reference, round_)
         else:
             inputs = (steps_record.path, advantages_record.path)
-            folder, metrics = _train_under_torchrun(context, engine, lineage, config, inputs, parent, reference,
-                                                    round_)  # fmt: skip
+            folder, metrics = _train_under_torchrun(
+                context, engine, lineage, config, inputs, parent, reference, round_
+            )
         content_hash, on_disk = hashed_folder(folder)  # the folder's one full hash
-        meta = {"estimator": config.advantages.estimator, "params_hash": str(advantages["params_hash"].iloc[0]),
-                "rubric_version": str(advantages["rubric_version"].iloc[0]), **on_disk}  # fmt: skip
+        meta = {
+            "estimator": config.advantages.estimator,
+            "params_hash": str(advantages["params_hash"].iloc[0]),
+            "rubric_version": str(advantages["rubric_version"].iloc[0]),
+            **on_disk,
+        }
         written = write_table(
             lineage, pd.DataFrame(metrics), table="training", experiment=experiment, round_=round_
         )
     run_id = round_run(lineage, tracker, config, round_)
     with store.session():  # the records only
         if written is not None:  # else an earlier attempt recorded both
-            record = store.record_artifact(ArtifactRecord(experiment, round_, "checkpoint", str(folder), content_hash,
-                                                          dagster_run_id=context.run_id, meta=meta), parents)  # fmt: skip
+            record = store.record_artifact(
+                ArtifactRecord(
+                    experiment,
+                    round_,
+                    "checkpoint",
+                    str(folder),
+                    content_hash,
+                    dagster_run_id=context.run_id,
+                    meta=meta,
+                ),
+                parents,
+            )
             failpoint("after:checkpoint")
-            training = record_table(context, lineage, written, kind="training", experiment=experiment,
-                                    round_=round_, parents=[(record.content_hash, "summarises")])  # fmt: skip
+            training = record_table(
+                context,
+                lineage,
+                written,
+                kind="training",
+                experiment=experiment,
+                round_=round_,
+                parents=[(record.content_hash, "summarises")],
+            )
         record_run(context, lineage, config, "checkpoint", VERSION, round_, run_id)
     summary = {
         "loss": metrics[-1]["loss"],
@@ -114,8 +139,8 @@ def checkpoint(
         "reference_kl": metrics[-1]["reference_kl"],
         "updates": len(metrics),
     }
-    series = [{k: float(m[k]) for k in ("loss", "approx_kl", "clip_fraction", "entropy", "grad_norm", "reference_kl")}
-              for m in metrics]  # fmt: skip
+    series_keys = ("loss", "approx_kl", "clip_fraction", "entropy", "grad_norm", "reference_kl")
+    series = [{k: float(m[k]) for k in series_keys} for m in metrics]
     log_round(context, tracker, "checkpoint", run_id, record, summary, series=series)
     return materialized(
         record, parent_checkpoint=parent.content_hash, training_table=training.content_hash, **summary
@@ -123,13 +148,20 @@ def checkpoint(
 
 
 def _train(lineage, config, steps, advantages, parent, reference, round_) -> tuple[Path, list[dict]]:
-    """The update itself: load the parent, train on the round's rows, save the new folder (not yet recorded)."""
+    """The update itself: load the parent, train on the round's rows, save the new folder (not yet
+    recorded)."""
     release_generation_memory()  # vLLM's weights and KV cache leave the GPU the trainer needs
     model, tokenizer = load_policy(parent.path, config.rollouts.device)
     metrics, optimizer_state = train_policy(
-        model, tokenizer, steps, advantages, config, round_, load_optimizer_state(parent.path),
+        model,
+        tokenizer,
+        steps,
+        advantages,
+        config,
+        round_,
+        load_optimizer_state(parent.path),
         reference_policy=reference.path if reference else None,
-    )  # fmt: skip
+    )
     folder = save_policy(model, tokenizer, lineage.checkpoint_dir(config.name, round_), optimizer_state)
     return folder, metrics
 
@@ -149,15 +181,23 @@ def _train_under_torchrun(
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config.to_dict()))
         command = torchrun_command(
-            sys.executable, engine.train_processes, parent=parent.path, steps=inputs[0], advantages=inputs[1],
-            config=config_path, round_=round_, output=folder,
+            sys.executable,
+            engine.train_processes,
+            parent=parent.path,
+            steps=inputs[0],
+            advantages=inputs[1],
+            config=config_path,
+            round_=round_,
+            output=folder,
             optimizer_state=optimizer_state if optimizer_state.exists() else None,
-            reference=reference.path if reference else None, sharding=engine.train_sharding,
-        )  # fmt: skip
+            reference=reference.path if reference else None,
+            sharding=engine.train_sharding,
+        )
         invocation = dg.PipesSubprocessClient().run(context=context, command=command)
     messages = invocation.get_custom_messages()
     if not messages:
         raise RuntimeError(
-            f"the {engine.train_processes} torchrun ranks ended without rank 0's metrics: see the step's stderr"
+            f"the {engine.train_processes} torchrun ranks ended without rank 0's metrics: "
+            "see the step's stderr"
         )
     return folder, messages[-1]["metrics"]

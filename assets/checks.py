@@ -62,9 +62,14 @@ def parent_checkpoint_unchanged(
     except ParentCheckpointError as exc:
         return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
     recorded = steps.meta.get("parent_checkpoint")
-    problem = {} if recorded == parent.content_hash else {
-        "problem": f"the rollouts were recorded for parent {str(recorded)[:12]}, the parent on disk is "
-                   f"{parent.content_hash[:12]}"}  # fmt: skip
+    problem = (
+        {}
+        if recorded == parent.content_hash
+        else {
+            "problem": f"the rollouts were recorded for parent {str(recorded)[:12]}, the parent on disk is "
+            f"{parent.content_hash[:12]}"
+        }
+    )
     return dg.AssetCheckResult(
         passed=not problem,
         metadata={

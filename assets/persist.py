@@ -3,8 +3,9 @@
 A stage's lineage reads, and its records, are bursts of DuckDB calls that may share one connection
 (`LineageStore.session`), which keeps the catalog locked against other processes while it is open. So the
 split: `lookup_artifact`, `recorded_output`, `record_table` and `record_run` touch only the catalog (inside a
-session); `read_checked`, `reusable`, `write_table`, `round_run` and `log_round` (files, hashing, schema validation,
-MLflow) run outside any session. So a stage opens the catalog twice: once for its reads, once for its records.
+session); `read_checked`, `reusable`, `write_table`, `round_run` and `log_round` (files, hashing, schema
+validation, MLflow) run outside any session. So a stage opens the catalog twice: once for its reads, once for
+its records.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from schemas import SCHEMAS, validate
 def lookup_artifact(
     lineage: LineageResource, experiment: str, round_: int, kind: str, variant: str = ""
 ) -> ArtifactRecord:
-    """The recorded artifact (a lineage read; its bytes are fetched from object storage only if missing here)."""
+    """The recorded artifact (a lineage read; its bytes are fetched from object storage only if missing
+    here)."""
     store = lineage.store()
     record = store.artifact(experiment, round_, kind, variant)
     if record is None:
@@ -50,9 +52,9 @@ def lookup_artifact(
 def read_checked(record: ArtifactRecord) -> pd.DataFrame:
     """A recorded table, checked before use: a file changed since it was recorded is refused.
 
-    The quick check (`check_on_disk(quick=True)`): a file with the fingerprint its writer took when it hashed the
-    bytes is trusted (the round tables' blocking checks re-hash them once more, `verify` re-hashes everything);
-    any other is re-hashed."""
+    The quick check (`check_on_disk(quick=True)`): a file with the fingerprint its writer took when it hashed
+    the bytes is trusted (the round tables' blocking checks re-hash them once more, `verify` re-hashes
+    everything); any other is re-hashed."""
     if problem := check_on_disk(record, quick=True):
         raise ChangedInputError(problem.detail)
     return read_parquet(record.path)
@@ -86,8 +88,8 @@ def recorded_output(
 def matching_output(
     record: ArtifactRecord | None, parents: Sequence[tuple[str, str]], meta: Mapping | None = None
 ) -> ArtifactRecord | None:
-    """`record` (read before, in the stage's lineage session) if it was recorded from exactly these parents and
-    `meta` facts and its file still exists, else None: `recorded_output` without the lineage read."""
+    """`record` (read before, in the stage's lineage session) if it was recorded from exactly these parents
+    and `meta` facts and its file still exists, else None: `recorded_output` without the lineage read."""
     if record is None or set(record.parents) != {tuple(p) for p in parents}:
         return None
     if any(record.meta.get(k) != v for k, v in (meta or {}).items()) or not os.path.exists(record.path):
@@ -96,12 +98,13 @@ def matching_output(
 
 
 def reusable(lineage: LineageResource, record: ArtifactRecord | None) -> ArtifactRecord | None:
-    """`record` (a `recorded_output`) if its bytes are still those recorded, checked outside any lineage session.
+    """`record` (a `recorded_output`) if its bytes are still those recorded, checked outside any lineage
+    session.
 
     Of a round not yet committed, an output that no longer matches its record (truncated, edited) is set aside
-    (renamed beside itself and kept, `files.set_aside`), said in one line, and None returned: the stage regenerates
-    it, as after a kill. A committed round's output is never regenerated silently: it is returned as it is, and its
-    readers, the blocking checks and `verify` refuse or report it.
+    (renamed beside itself and kept, `files.set_aside`), said in one line, and None returned: the stage
+    regenerates it, as after a kill. A committed round's output is never regenerated silently: it is returned
+    as it is, and its readers, the blocking checks and `verify` refuse or report it.
     """
     if record is None or (problem := check_on_disk(record, quick=True)) is None:
         return record
@@ -109,8 +112,10 @@ def reusable(lineage: LineageResource, record: ArtifactRecord | None) -> Artifac
     if record.round in round_commits(store, record.experiment):
         return record
     aside = set_aside(record.path)
-    print(f"set aside {aside}: {problem.detail}; round {record.round} is not committed, so it is regenerated",
-          flush=True)  # fmt: skip
+    print(
+        f"set aside {aside}: {problem.detail}; round {record.round} is not committed, so it is regenerated",
+        flush=True,
+    )
     return None
 
 
@@ -175,8 +180,17 @@ def persist_table(
 ) -> ArtifactRecord:
     """Validate, write and record in one call (`write_table`, then `record_table`)."""
     written = write_table(lineage, frame, table=table, experiment=experiment, round_=round_, variant=variant)
-    return record_table(context, lineage, written, kind=kind or table, experiment=experiment, round_=round_,
-                        variant=variant, parents=parents, meta=meta)  # fmt: skip
+    return record_table(
+        context,
+        lineage,
+        written,
+        kind=kind or table,
+        experiment=experiment,
+        round_=round_,
+        variant=variant,
+        parents=parents,
+        meta=meta,
+    )
 
 
 def materialized(record: ArtifactRecord, asset_key: str | None = None, **metadata) -> dg.MaterializeResult:
@@ -202,10 +216,17 @@ def round_run(
     return tracker.round_run(lineage.store(), config.name, round_, config.to_dict())
 
 
-def record_run(context, lineage: LineageResource, config: ExperimentConfig, asset: str, version: str, round_: int,
-               run_id: str) -> None:  # fmt: skip
-    """Link this Dagster run's `asset` to the round's MLflow run in DuckDB: a lineage write, for the stage's records
-    session (before `log_round` logs to that run)."""
+def record_run(
+    context,
+    lineage: LineageResource,
+    config: ExperimentConfig,
+    asset: str,
+    version: str,
+    round_: int,
+    run_id: str,
+) -> None:
+    """Link this Dagster run's `asset` to the round's MLflow run in DuckDB: a lineage write, for the stage's
+    records session (before `log_round` logs to that run)."""
     lineage.store().record_run(
         RunRecord(context.run_id, config.name, round_, asset, run_id, version, config.to_dict())
     )
@@ -226,8 +247,11 @@ def log_round(
     Metrics already on the run (logged by an attempt that was killed later) are not logged twice.
     """
     logged = tracker.logged_keys(run_id)
-    columns = {} if not series or any(key.startswith(f"{asset}{SERIES_MARK}") for key in logged) else {
-        f"{asset}{SERIES_MARK}{k}": [float(row[k]) for row in series] for k in series[0]}  # fmt: skip
+    columns = (
+        {}
+        if not series or any(key.startswith(f"{asset}{SERIES_MARK}") for key in logged)
+        else {f"{asset}{SERIES_MARK}{k}": [float(row[k]) for row in series] for k in series[0]}
+    )
     tracker.log(
         run_id,
         metrics={f"{asset}/{k}": v for k, v in metrics.items() if f"{asset}/{k}" not in logged},

@@ -36,9 +36,16 @@ def _partition(context) -> tuple[str, int, str]:
     return experiment, round_, keys["rubric"]
 
 
-@dg.asset(partitions_def=RESCORE, group_name="rescore", code_version=VERSION,
-          deps=[dg.AssetDep("episodes", partition_mapping=TO_ROUND), dg.AssetDep("steps", partition_mapping=TO_ROUND)],
-          description="The round's stored rollouts scored with another registered rubric version.")  # fmt: skip
+@dg.asset(
+    partitions_def=RESCORE,
+    group_name="rescore",
+    code_version=VERSION,
+    deps=[
+        dg.AssetDep("episodes", partition_mapping=TO_ROUND),
+        dg.AssetDep("steps", partition_mapping=TO_ROUND),
+    ],
+    description="The round's stored rollouts scored with another registered rubric version.",
+)
 def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource):
     experiment, round_, version = _partition(context)
     rubric = rubric_by_version(version)  # fails with one line for a version no longer defined in code
@@ -46,11 +53,17 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
     steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
     frame = rubric.score(episodes, steps)
     record = persist_table(
-        context, lineage, frame, table="scores", kind="rescore_scores", variant=version, experiment=experiment,
+        context,
+        lineage,
+        frame,
+        table="scores",
+        kind="rescore_scores",
+        variant=version,
+        experiment=experiment,
         round_=round_,
         parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
         meta={"rubric_version": version},
-    )  # fmt: skip
+    )
     record_rubrics(lineage.store(), [rubric])
     return materialized(
         record,
@@ -59,12 +72,19 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
     )
 
 
-@dg.asset(partitions_def=RESCORE, group_name="rescore",
-          code_version=VERSION,
-          deps=["rescored_scores", dg.AssetDep("episodes", partition_mapping=TO_ROUND),
-                dg.AssetDep("steps", partition_mapping=TO_ROUND),
-                dg.AssetDep("scores", partition_mapping=TO_ROUND), dg.AssetDep("advantages", partition_mapping=TO_ROUND)],
-          description="Advantages recomputed from the re-scored rewards, compared with those the round trained on.")  # fmt: skip
+@dg.asset(
+    partitions_def=RESCORE,
+    group_name="rescore",
+    code_version=VERSION,
+    deps=[
+        "rescored_scores",
+        dg.AssetDep("episodes", partition_mapping=TO_ROUND),
+        dg.AssetDep("steps", partition_mapping=TO_ROUND),
+        dg.AssetDep("scores", partition_mapping=TO_ROUND),
+        dg.AssetDep("advantages", partition_mapping=TO_ROUND),
+    ],
+    description="Advantages recomputed from the re-scored rewards, compared with those the round trained on.",
+)
 def rescored_advantages(
     context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource
 ):
@@ -85,21 +105,45 @@ def rescored_advantages(
         also_from.append((episodes_record.content_hash, "computed_from"))
     frame = step_advantages(steps, rescored, settings, episodes)
     record = persist_table(
-        context, lineage, frame, table="advantages", kind="rescore_advantages", variant=version,
-        experiment=experiment, round_=round_,
-        parents=[(steps_record.content_hash, "computed_from"), (rescored_record.content_hash, "computed_from"),
-                 *also_from],
-        meta={"rubric_version": version, "estimator": settings.estimator, "params": settings.params,
-              "params_hash": params_hash(settings.estimator, settings.params)},
-    )  # fmt: skip
+        context,
+        lineage,
+        frame,
+        table="advantages",
+        kind="rescore_advantages",
+        variant=version,
+        experiment=experiment,
+        round_=round_,
+        parents=[
+            (steps_record.content_hash, "computed_from"),
+            (rescored_record.content_hash, "computed_from"),
+            *also_from,
+        ],
+        meta={
+            "rubric_version": version,
+            "estimator": settings.estimator,
+            "params": settings.params,
+            "params_hash": params_hash(settings.estimator, settings.params),
+        },
+    )
     comparison = compare_rescoring(trained_scores, rescored, trained_advantages, frame)
-    summary = {"round": round_, "training_rubric": str(trained_scores["rubric_version"].iloc[0]),
-               "rescored_rubric": version, **vars(comparison)}  # fmt: skip
+    summary = {
+        "round": round_,
+        "training_rubric": str(trained_scores["rubric_version"].iloc[0]),
+        "rescored_rubric": version,
+        **vars(comparison),
+    }
     compared = persist_table(
-        context, lineage, pd.DataFrame([summary]), table="rescore_comparison", kind="rescore_comparison",
-        variant=version, experiment=experiment, round_=round_,
-        parents=[(record.content_hash, "compares"), (trained_record.content_hash, "compares")], meta=summary,
-    )  # fmt: skip
+        context,
+        lineage,
+        pd.DataFrame([summary]),
+        table="rescore_comparison",
+        kind="rescore_comparison",
+        variant=version,
+        experiment=experiment,
+        round_=round_,
+        parents=[(record.content_hash, "compares"), (trained_record.content_hash, "compares")],
+        meta=summary,
+    )
     metrics = {f"{version}.{k}": v for k, v in vars(comparison).items() if isinstance(v, float)}
     run_id = round_run(lineage, tracker, config, round_)
     record_run(context, lineage, config, "rescore", VERSION, round_, run_id)

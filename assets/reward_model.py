@@ -4,9 +4,10 @@ value of every step, for the estimators that read one (`creditline.round.fit_rew
 For any other estimator the asset records nothing and says so in its metadata: it is in every round so the
 round's graph does not depend on the estimator. With one, it writes two artifacts:
 
-    reward_model    the model after this round's update, a HF folder (`r<NNN>/reward_model/`): initialized from
-                    the previous round's reward model (round 1: the initial policy), trained on the steps and
-                    the episodes' success (prime) or the scores' episode reward (spa)
+    reward_model    the model after this round's update, a HF folder (`r<NNN>/reward_model/`):
+                    initialized from the previous round's reward model (round 1: the initial policy),
+                    trained on the steps and the episodes' success (prime) or the scores' episode reward
+                    (spa)
     model_rewards   (S rows) episode_id, step_idx, model_reward: the updated model's value of every step
 
 Both are recorded at the end, the model first. A run killed before that leaves nothing recorded; one killed
@@ -70,17 +71,27 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
         previous = (
             initial if round_ == 1 else lookup_artifact(lineage, experiment, round_ - 1, "reward_model")
         )
-        parents = [(previous.content_hash, "initialized_from"),
-                   *((r.content_hash, "trained_on") for r in records.values())]  # fmt: skip
+        parents = [
+            (previous.content_hash, "initialized_from"),
+            *((r.content_hash, "trained_on") for r in records.values()),
+        ]
         model_record = recorded_output(
             lineage, experiment, round_, "reward_model", parents, meta={"kind": kind.name}
         )
         rewards_record = (
             None
             if model_record is None
-            else recorded_output(lineage, experiment, round_, "model_rewards",
-                                 [(model_record.content_hash, "computed_by"), (records["steps"].content_hash, "computed_from")])
-        )  # fmt: skip
+            else recorded_output(
+                lineage,
+                experiment,
+                round_,
+                "model_rewards",
+                [
+                    (model_record.content_hash, "computed_by"),
+                    (records["steps"].content_hash, "computed_from"),
+                ],
+            )
+        )
     model_record = reusable(lineage, model_record)
     rewards_record = reusable(lineage, rewards_record) if model_record is not None else None
     written = None
@@ -96,9 +107,16 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
             verify_checkpoint(initial)
             reference = load_policy(initial.path, config.rollouts.device)[0]
         rewards, metrics, optimizer_state = fit_reward_model(
-            model, reference, tokenizer, tables.get("episodes"), tables["steps"], tables.get("scores"), config,
-            round_, load_optimizer_state(previous.path) if round_ > 1 else None,
-        )  # fmt: skip
+            model,
+            reference,
+            tokenizer,
+            tables.get("episodes"),
+            tables["steps"],
+            tables.get("scores"),
+            config,
+            round_,
+            load_optimizer_state(previous.path) if round_ > 1 else None,
+        )
         folder = save_policy(
             model, tokenizer, lineage.round_dir(experiment, round_) / "reward_model", optimizer_state
         )
@@ -108,18 +126,38 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
     with store.session():  # the records only
         if written is not None:  # else an earlier attempt recorded both
             model_record = store.record_artifact(
-                ArtifactRecord(experiment, round_, "reward_model", str(folder), content_hash,
-                               dagster_run_id=context.run_id, meta={"kind": kind.name, **on_disk}), parents)  # fmt: skip
+                ArtifactRecord(
+                    experiment,
+                    round_,
+                    "reward_model",
+                    str(folder),
+                    content_hash,
+                    dagster_run_id=context.run_id,
+                    meta={"kind": kind.name, **on_disk},
+                ),
+                parents,
+            )
             failpoint("after:reward_model")
             rewards_record = record_table(
-                context, lineage, written, kind="model_rewards", experiment=experiment, round_=round_,
-                parents=[(model_record.content_hash, "computed_by"), (records["steps"].content_hash, "computed_from")],
+                context,
+                lineage,
+                written,
+                kind="model_rewards",
+                experiment=experiment,
+                round_=round_,
+                parents=[
+                    (model_record.content_hash, "computed_by"),
+                    (records["steps"].content_hash, "computed_from"),
+                ],
                 meta={"kind": kind.name},
-            )  # fmt: skip
+            )
         record_run(context, lineage, config, "reward_model", VERSION, round_, run_id)
     values = rewards["model_reward"]
-    summary = {"value_mean": float(values.mean()), "value_std": float(values.std()),
-               **({"loss": metrics[-1]["loss"], "updates": len(metrics)} if metrics else {})}  # fmt: skip
+    summary = {
+        "value_mean": float(values.mean()),
+        "value_std": float(values.std()),
+        **({"loss": metrics[-1]["loss"], "updates": len(metrics)} if metrics else {}),
+    }
     series = [{"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])} for m in metrics]
     log_round(context, tracker, "reward_model", run_id, model_record, summary, series=series)
     return materialized(rewards_record, kind=kind.name, reward_model=model_record.content_hash, **summary)

@@ -77,8 +77,15 @@ def rollouts(
     if source is None and config.verifiers.env_id:  # a verifiers environment plays the round
         with tempfile.TemporaryDirectory() as scratch:
             run = play_with_verifiers(rollout_run(config, round_), parent.path, Path(scratch) / "run")
-            source = record_source(store, read_source(run), lineage.round_dir(experiment, round_) / "source",
-                                   experiment, round_, ((parent.content_hash, "generated_by"),), context.run_id)  # fmt: skip
+            source = record_source(
+                store,
+                read_source(run),
+                lineage.round_dir(experiment, round_) / "source",
+                experiment,
+                round_,
+                ((parent.content_hash, "generated_by"),),
+                context.run_id,
+            )
     if source is not None:
         verify_checkpoint(source)  # the staged files are still those recorded
     generated_by = (
@@ -94,8 +101,12 @@ def rollouts(
         if source is not None:
             tables = source_tables(read_source(source.path), experiment, round_)
         else:
-            tables = generate_rollouts(engine.load(parent.path, config.rollouts, parent.content_hash), load_tokenizer(parent.path),
-                                       config, round_)  # fmt: skip
+            tables = generate_rollouts(
+                engine.load(parent.path, config.rollouts, parent.content_hash),
+                load_tokenizer(parent.path),
+                config,
+                round_,
+            )
         episode_table, step_table = tables.episodes, tables.steps
     metrics = {
         "success_rate": float(episode_table["success"].mean()),
@@ -109,8 +120,10 @@ def rollouts(
     written = None
     common = dict(experiment=experiment, round_=round_)
     if steps is None or episodes is None:  # else an earlier attempt got this far
-        written = [write_table(lineage, episode_table, table="episodes", **common),
-                   write_table(lineage, step_table, table="steps", **common)]  # fmt: skip
+        written = [
+            write_table(lineage, episode_table, table="episodes", **common),
+            write_table(lineage, step_table, table="steps", **common),
+        ]
     run_id = round_run(lineage, tracker, config, round_)
     with store.session():  # the records only
         if written is not None:
@@ -119,8 +132,15 @@ def rollouts(
                 context, lineage, written[0], kind="episodes", parents=generated_by, **common
             )
             counts = {k: v for k, v in branching.items() if k in ("branch_points", "continuations")}
-            steps = record_table(context, lineage, written[1], kind="steps", parents=generated_by,
-                                 meta={"parent_checkpoint": parent.content_hash, **imported, **counts}, **common)  # fmt: skip
+            steps = record_table(
+                context,
+                lineage,
+                written[1],
+                kind="steps",
+                parents=generated_by,
+                meta={"parent_checkpoint": parent.content_hash, **imported, **counts},
+                **common,
+            )
         if branching:  # the continuations' links, by the steps table's hash (idempotent when re-run)
             store.record_branches(steps.content_hash, branch_links(step_table))
         record_run(context, lineage, config, "rollouts", VERSION, round_, run_id)
@@ -135,12 +155,22 @@ def rollouts(
             else f"imported ({source.meta.get('format')})"
         )
     )
-    yield materialized(episodes, "episodes", success_rate=metrics["success_rate"],
-                       env_return=metrics["env_return"], parent_checkpoint=parent.content_hash)  # fmt: skip
-    yield materialized(steps, "steps", valid_action_rate=metrics["valid_action_rate"],
-                       truncated_completion_rate=metrics["truncated_completion_rate"],
-                       parent_checkpoint=parent.content_hash, **branch_counts,
-                       **({"branches": dg.MetadataValue.md(branching["links"])} if branching else {}))  # fmt: skip
+    yield materialized(
+        episodes,
+        "episodes",
+        success_rate=metrics["success_rate"],
+        env_return=metrics["env_return"],
+        parent_checkpoint=parent.content_hash,
+    )
+    yield materialized(
+        steps,
+        "steps",
+        valid_action_rate=metrics["valid_action_rate"],
+        truncated_completion_rate=metrics["truncated_completion_rate"],
+        parent_checkpoint=parent.content_hash,
+        **branch_counts,
+        **({"branches": dg.MetadataValue.md(branching["links"])} if branching else {}),
+    )
 
 
 def _truncated_completions(steps) -> float:

@@ -53,6 +53,10 @@ def round_summary(context: dg.AssetExecutionContext, lineage: LineageResource, t
     commit = record_round_commit(store, RoundCommit(experiment, round_, context.run_id, run_id, hashes))
     return dg.MaterializeResult(
         data_version=dg.DataVersion(config_hash(commit.artifacts)),
-        metadata={"mlflow_run_id": run_id, "mlflow_parent_run_id": parent, "artifacts": len(hashes),
-                  **{k: round(v, 4) for k, v in metrics.items() if k.startswith("evaluation/")}},
-    )  # fmt: skip
+        metadata={
+            "mlflow_run_id": run_id,
+            "mlflow_parent_run_id": parent,
+            "artifacts": len(hashes),
+            **{k: round(v, 4) for k, v in metrics.items() if k.startswith("evaluation/")},
+        },
+    )

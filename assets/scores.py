@@ -58,8 +58,16 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
     run_id = round_run(lineage, tracker, config, round_)
     with store.session():  # the records only
         if written is not None:  # else an earlier attempt got this far
-            record = record_table(context, lineage, written, kind="scores", experiment=experiment,
-                                  round_=round_, meta=meta, parents=parents)  # fmt: skip
+            record = record_table(
+                context,
+                lineage,
+                written,
+                kind="scores",
+                experiment=experiment,
+                round_=round_,
+                meta=meta,
+                parents=parents,
+            )
         record_rubrics(store, [rubric])  # the version stays a re-score partition
         record_run(context, lineage, config, "scores", VERSION, round_, run_id)
     log_round(context, tracker, "scores", run_id, record, metrics)

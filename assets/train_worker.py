@@ -51,13 +51,32 @@ def torchrun_command(
     reference: str | Path | None = None,
     sharding: str = "replicated",
 ) -> list[str]:
-    """The command that trains a round on `processes` ranks of this node (torchrun's standalone rendezvous)."""
+    """The command that trains a round on `processes` ranks of this node (torchrun's standalone
+    rendezvous)."""
     if processes < 1:
         raise ValueError(f"train_processes: {processes} is not a number of processes (at least 1)")
-    command = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-               "-m", "assets.train_worker", "--parent", str(parent), "--steps", str(steps),
-               "--advantages", str(advantages), "--config", str(config), "--round", str(round_),
-               "--output", str(output)]  # fmt: skip
+    command = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(processes),
+        "-m",
+        "assets.train_worker",
+        "--parent",
+        str(parent),
+        "--steps",
+        str(steps),
+        "--advantages",
+        str(advantages),
+        "--config",
+        str(config),
+        "--round",
+        str(round_),
+        "--output",
+        str(output),
+    ]
     if optimizer_state is not None:
         command += ["--optimizer-state", str(optimizer_state)]
     if reference is not None:
@@ -75,14 +94,26 @@ def main(argv: list[str] | None = None) -> None:
         with _pipes(rank) as pipes:
             model, tokenizer = load_policy(args.parent, device, sharded=args.sharding == "fsdp")
             if args.sharding == "fsdp" and rank == 0:
-                print(f"fsdp: sharded across {world} ranks; rank 0 holds {_held_block_elements(model)} of "
-                      f"{_block_elements(model)} block parameter elements", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"fsdp: sharded across {world} ranks; rank 0 holds {_held_block_elements(model)} of "
+                    f"{_block_elements(model)} block parameter elements",
+                    file=sys.stderr,
+                    flush=True,
+                )
             steps, advantages = read_parquet(args.steps), read_parquet(args.advantages)
             state = None
             if args.optimizer_state:
                 state = torch.load(args.optimizer_state, map_location="cpu", weights_only=True)
-            metrics, optimizer_state = train_policy(model, tokenizer, steps, advantages, config, args.round,
-                                                    state, reference_policy=args.reference)  # fmt: skip
+            metrics, optimizer_state = train_policy(
+                model,
+                tokenizer,
+                steps,
+                advantages,
+                config,
+                args.round,
+                state,
+                reference_policy=args.reference,
+            )
             whole = whole_state_dict(model) if args.sharding == "fsdp" else None  # every rank gathers
             if rank != 0:
                 return
@@ -91,8 +122,10 @@ def main(argv: list[str] | None = None) -> None:
                 write_json_atomic(metrics, args.metrics)
             if pipes is not None:
                 pipes.report_custom_message({"metrics": metrics})
-                pipes.log.info(f"round {args.round} trained on {world} ranks: {len(metrics)} updates, "
-                               f"last loss {metrics[-1]['loss']:.4g}")  # fmt: skip
+                pipes.log.info(
+                    f"round {args.round} trained on {world} ranks: {len(metrics)} updates, "
+                    f"last loss {metrics[-1]['loss']:.4g}"
+                )
 
 
 def _block_elements(model: torch.nn.Module) -> int:

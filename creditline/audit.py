@@ -80,8 +80,10 @@ class AuditEntry:
         """Why this entry spoils ``all_match`` (one line), or "" if it does not."""
         where = f"round {self.round} {self.name} {self.content_hash[:12]}"
         if self.on_disk == NO_RECORD:
-            return (f"{where}: in the chain ({self.relation} of {self.detail.get('reached_from', '?')}) "
-                    "but no artifact row carries this hash (row deleted or its hash edited)")  # fmt: skip
+            return (
+                f"{where}: in the chain ({self.relation} of {self.detail.get('reached_from', '?')}) "
+                "but no artifact row carries this hash (row deleted or its hash edited)"
+            )
         if self.relation == NOT_IN_CHAIN:
             disk = "" if self.on_disk == "ok" else f", and its file is {self.on_disk}"
             return (
@@ -97,8 +99,8 @@ class LineageReport:
     checkpoint_hash: str
     entries: list[AuditEntry]
     problems: tuple[str, ...] = ()
-    """What `verify` finds about the listed artifacts beyond their files (lineage edges deleted or added, rounds
-    that consumed a changed input), one line each: each spoils ``all_match`` too."""
+    """What `verify` finds about the listed artifacts beyond their files (lineage edges deleted or added,
+    rounds that consumed a changed input), one line each: each spoils ``all_match`` too."""
 
     @property
     def all_match(self) -> bool:
@@ -110,9 +112,14 @@ class LineageReport:
         return [e.mismatch() for e in self.entries if not e.matches] + list(self.problems)
 
     def as_dict(self) -> dict:
-        return {"experiment": self.experiment, "round": self.round, "checkpoint": self.checkpoint_hash,
-                "all_match": self.all_match, "mismatches": self.mismatches,
-                "artifacts": [asdict(e) for e in self.entries]}  # fmt: skip
+        return {
+            "experiment": self.experiment,
+            "round": self.round,
+            "checkpoint": self.checkpoint_hash,
+            "all_match": self.all_match,
+            "mismatches": self.mismatches,
+            "artifacts": [asdict(e) for e in self.entries],
+        }
 
     def as_text(self) -> str:
         lines = [f"lineage of {self.experiment} round {self.round} checkpoint {self.checkpoint_hash[:12]}"]
@@ -138,11 +145,19 @@ class LineageReport:
 
 
 def _detail(kind: str, meta: dict) -> dict:
-    keys = {"advantages": ["estimator", "params", "params_hash"], "scores": ["rubric_version"],
-            "rescore_scores": ["rubric_version"], "rescore_advantages": ["rubric_version", "estimator", "params_hash"],
-            "rescore_comparison": ["reward_correlation", "advantage_rank_correlation", "sign_flip_share"],
-            "checkpoint": ["source", "estimator", "params_hash", "rubric_version"], "steps": ["parent_checkpoint", "imported", "branch_points", "continuations"], "source": ["format", "files", "verifiers"],
-            "evaluation": ["success_rate"], "reward_model": ["kind"], "model_rewards": ["kind"]}.get(kind, [])  # fmt: skip
+    keys = {
+        "advantages": ["estimator", "params", "params_hash"],
+        "scores": ["rubric_version"],
+        "rescore_scores": ["rubric_version"],
+        "rescore_advantages": ["rubric_version", "estimator", "params_hash"],
+        "rescore_comparison": ["reward_correlation", "advantage_rank_correlation", "sign_flip_share"],
+        "checkpoint": ["source", "estimator", "params_hash", "rubric_version"],
+        "steps": ["parent_checkpoint", "imported", "branch_points", "continuations"],
+        "source": ["format", "files", "verifiers"],
+        "evaluation": ["success_rate"],
+        "reward_model": ["kind"],
+        "model_rewards": ["kind"],
+    }.get(kind, [])
     return {k: (meta[k][:12] if k == "parent_checkpoint" else meta[k]) for k in keys if k in meta}
 
 
@@ -160,12 +175,19 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
 
     def entry(artifact: ArtifactRecord, relation: str) -> AuditEntry:
         return AuditEntry(
-            round=artifact.round, kind=artifact.kind, variant=artifact.variant, content_hash=artifact.content_hash,
-            path=artifact.path, on_disk=problem.kind if (problem := check_on_disk(artifact)) else "ok", relation=relation,
-            detail=_detail(artifact.kind, dict(artifact.meta)), dagster_run_id=artifact.dagster_run_id,
-            mlflow_run_id=by_round.get(artifact.round) or by_run.get((artifact.dagster_run_id, artifact.round)),
+            round=artifact.round,
+            kind=artifact.kind,
+            variant=artifact.variant,
+            content_hash=artifact.content_hash,
+            path=artifact.path,
+            on_disk=problem.kind if (problem := check_on_disk(artifact)) else "ok",
+            relation=relation,
+            detail=_detail(artifact.kind, dict(artifact.meta)),
+            dagster_run_id=artifact.dagster_run_id,
+            mlflow_run_id=by_round.get(artifact.round)
+            or by_run.get((artifact.dagster_run_id, artifact.round)),
             experiment=artifact.experiment,
-        )  # fmt: skip
+        )
 
     chain = store.lineage_chain(record.content_hash)
     entries = _chain_entries(chain, experiment, entry)
@@ -187,8 +209,9 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
 
 
 def _catalog_problems(store: LineageStore, experiment: str, entries: list[AuditEntry]) -> tuple[str, ...]:
-    """The problems `verify` reports about the listed artifacts that their own entries do not show: edges (by the
-    child's path, or the parent's hash) and consumers of a missing or changed artifact (files are not re-read)."""
+    """The problems `verify` reports about the listed artifacts that their own entries do not show: edges (by
+    the child's path, or the parent's hash) and consumers of a missing or changed artifact (files are not
+    re-read)."""
     paths = {e.path for e in entries if e.path}
     hashes = {e.content_hash for e in entries}
     unverifiable = [
@@ -214,9 +237,19 @@ def _chain_entries(
             continue
         round_ = round_of.get(node.child_hash or "", 0)
         round_of[node.content_hash] = round_
-        entries.append(AuditEntry(
-            round=round_, kind=UNRECORDED, variant="", content_hash=node.content_hash, path="", on_disk=NO_RECORD,
-            relation=node.relation, detail={"reached_from": (node.child_hash or "")[:12]}, dagster_run_id=None,
-            mlflow_run_id=None, experiment=experiment,
-        ))  # fmt: skip
+        entries.append(
+            AuditEntry(
+                round=round_,
+                kind=UNRECORDED,
+                variant="",
+                content_hash=node.content_hash,
+                path="",
+                on_disk=NO_RECORD,
+                relation=node.relation,
+                detail={"reached_from": (node.child_hash or "")[:12]},
+                dagster_run_id=None,
+                mlflow_run_id=None,
+                experiment=experiment,
+            )
+        )
     return entries

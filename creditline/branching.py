@@ -160,11 +160,22 @@ def recorded_prompt(
     recorded observations and completions by the rollout's own rules, and checked against the recording."""
     recorded = episode.reset_index(drop=True)
     first = 0 if prompt_format == "chat" else step_idx  # only a chat prompt holds the history
-    live = start_episode(env, Observation(recorded.at[first, "observation"], ""), tokenizer, prompt_format,
-                         episode_id="", group_id="", task_id=0, sample_idx=0)  # fmt: skip
+    live = start_episode(
+        env,
+        Observation(recorded.at[first, "observation"], ""),
+        tokenizer,
+        prompt_format,
+        episode_id="",
+        group_id="",
+        task_id=0,
+        sample_idx=0,
+    )
     for k in range(first, step_idx):
-        completion = Completion(list(recorded.at[k, "completion_ids"]), list(recorded.at[k, "completion_logprobs"]),
-                                recorded.at[k, "finish_reason"])  # fmt: skip
+        completion = Completion(
+            list(recorded.at[k, "completion_ids"]),
+            list(recorded.at[k, "completion_logprobs"]),
+            recorded.at[k, "finish_reason"],
+        )
         live.prompt_ids = next_prompt(
             live, tokenizer, completion, Observation(recorded.at[k + 1, "observation"], "")
         )
@@ -234,12 +245,20 @@ def play_branches(
             )
             prompt = prompt or recorded_prompt(env, episode, point.step_idx, tokenizer, prompt_format)
             prompt_ids, conversation = list(prompt[0]), copy.deepcopy(prompt[1])
-            starts.append(LiveEpisode(
-                env=env, episode_id=ids.branch_episode_id(point.episode_id, point.step_idx, k),
-                group_id=episode["group_id"].iloc[0], task_id=task, sample_idx=sample, observation=observation,
-                prompt_ids=prompt_ids, conversation=conversation, history=prompt_format == "chat",
-                branch_of=(point.episode_id, point.step_idx),
-            ))  # fmt: skip
+            starts.append(
+                LiveEpisode(
+                    env=env,
+                    episode_id=ids.branch_episode_id(point.episode_id, point.step_idx, k),
+                    group_id=episode["group_id"].iloc[0],
+                    task_id=task,
+                    sample_idx=sample,
+                    observation=observation,
+                    prompt_ids=prompt_ids,
+                    conversation=conversation,
+                    history=prompt_format == "chat",
+                    branch_of=(point.episode_id, point.step_idx),
+                )
+            )
     return play(engine, tokenizer, starts, round_, sampling, ("branch",))
 
 

@@ -62,11 +62,17 @@ class EnvSettings:
     name: str = field(default="maze", metadata={"resolves": environment_target})
     """A registered environment (a `creditline.environments` entry point: the built-ins `maze` and
     `arithmetic`, or an installed package's) or an import path `package.module:factory`
-    (`creditline.envs.registry`). Code: it is imported (and called) only once the config's values are valid."""
+    (`creditline.envs.registry`). Code: it is imported (and called) only once the config's values are
+    valid."""
     params: dict[str, Any] = field(
-        default_factory=lambda: {"size": 5, "max_steps": 16, "invalid_penalty": 0.1, "progress_reward": 0.1,
-                                 "view": "relative"}
-    )  # fmt: skip
+        default_factory=lambda: {
+            "size": 5,
+            "max_steps": 16,
+            "invalid_penalty": 0.1,
+            "progress_reward": 0.1,
+            "view": "relative",
+        }
+    )
     """Keyword arguments of the environment's constructor; checked by building it once."""
 
     def build(self) -> Environment:
@@ -97,7 +103,8 @@ class RolloutSettings:
     """"torch" (any machine) or "vllm" (`creditline[vllm]` on a CUDA GPU, or vLLM's x86 CPU build)."""
     device: str = field(default="cpu", metadata={"pattern": DEVICE_RULE})
     gpu_memory_utilization: float = field(default=0.5, metadata={"range": "(0, 1]"})
-    """vLLM: fraction of the GPU's memory for weights and KV cache (training gets it back between rollouts)."""
+    """vLLM: fraction of the GPU's memory for weights and KV cache (training gets it back between
+    rollouts)."""
     tensor_parallel_size: int = field(default=1, metadata={"range": "[1, 64]"})
     """vLLM: GPUs one engine spans."""
     enforce_eager: bool = False
@@ -113,8 +120,13 @@ class RolloutSettings:
     def vllm_settings(self):
         from creditline.engines.vllm_engine import VLLMSettings
 
-        return VLLMSettings(self.device, self.gpu_memory_utilization, self.tensor_parallel_size,
-                            self.enforce_eager, self.dtype)  # fmt: skip
+        return VLLMSettings(
+            self.device,
+            self.gpu_memory_utilization,
+            self.tensor_parallel_size,
+            self.enforce_eager,
+            self.dtype,
+        )
 
 
 @dataclass(frozen=True)
@@ -145,8 +157,8 @@ OPTIONAL_NAME = (
 @dataclass(frozen=True)
 class VerifiersSettings:
     """A verifiers environment, run in its own venv against a checkpoint served on 127.0.0.1
-    (`creditline.verifiers_source`): as `[verifiers]`, the source of a round's rollouts; as `[eval.verifiers]`,
-    the held-out evaluation."""
+    (`creditline.verifiers_source`): as `[verifiers]`, the source of a round's rollouts; as
+    `[eval.verifiers]`, the held-out evaluation."""
 
     env_id: str = field(default="", metadata={"pattern": OPTIONAL_NAME})
     """Empty: off (the default; creditline's engine plays `env`). Otherwise `vf.load_environment(env_id)` (api
@@ -167,10 +179,11 @@ class VerifiersSettings:
     """Folders put first on the runner's `sys.path`: environment modules that are not installed."""
     select: dict[str, Any] = field(default_factory=dict)
     """v1 only: which of the taskset's tasks may be drawn, as keys `include`, `exclude` (each a table of `idx`
-    ranges like `["0:100"]`, `ids`, `keys` or `names`) and `skip` of verifiers' `SelectConfig`; creditline sets
-    `shuffle`, `seed` and `limit`. A v1 taskset has no eval split of its own: hold tasks out of training with
-    `exclude` here and evaluate on them with `include` in `[eval.verifiers]`. (A classic environment's splits
-    are its `dataset`, for rollouts, and `eval_dataset`, for the evaluation; each falls back to the other.)"""
+    ranges like `["0:100"]`, `ids`, `keys` or `names`) and `skip` of verifiers' `SelectConfig`; creditline
+    sets `shuffle`, `seed` and `limit`. A v1 taskset has no eval split of its own: hold tasks out of training
+    with `exclude` here and evaluate on them with `include` in `[eval.verifiers]`. (A classic environment's
+    splits are its `dataset`, for rollouts, and `eval_dataset`, for the evaluation; each falls back to the
+    other.)"""
 
 
 @dataclass(frozen=True)
@@ -192,7 +205,8 @@ class ExperimentConfig:
     seed: int = field(default=0, metadata={"range": SEED_RANGE})
     """Seeds the initial policy, the training task draw, sampling and minibatch order."""
     rounds: int = field(default=20, metadata={"range": f"[1, {MAX_ROUNDS}]"})
-    """The most rounds this experiment runs (the sensor stops there; `creditline run --rounds` may ask fewer)."""
+    """The most rounds this experiment runs (the sensor stops there; `creditline run --rounds` may ask
+    fewer)."""
     initial_policy: str = BUILTIN_POLICY
     """"builtin:tiny" (a random tiny word-level Llama from `seed`), "builtin:chat" (a random small Qwen2
     chat model whose BPE tokenizer is trained on the environment's text) or the path of a local HF
@@ -207,7 +221,8 @@ class ExperimentConfig:
     )
     eval: EvalSettings = field(default_factory=EvalSettings)
     warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
-    """A supervised pass on random well-formed actions before round 1 (`creditline.warm_start`); off by default."""
+    """A supervised pass on random well-formed actions before round 1 (`creditline.warm_start`); off by
+    default."""
     verifiers: VerifiersSettings = field(default_factory=VerifiersSettings)
     """Rollouts from a verifiers environment instead of creditline's engine; off by default."""
     branching: BranchSettings = field(default_factory=BranchSettings)
@@ -224,8 +239,9 @@ class ExperimentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config as it is registered and hashed: JSON-shaped (a tuple field becomes a list)."""
-        return asdict(self, dict_factory=lambda items: {k: list(v) if isinstance(v, tuple) else v
-                                                        for k, v in items})  # fmt: skip
+        return asdict(
+            self, dict_factory=lambda items: {k: list(v) if isinstance(v, tuple) else v for k, v in items}
+        )
 
 
 RETIRED_FIELDS: dict[tuple[str, str], str] = {
@@ -314,7 +330,8 @@ _TOML_AT = re.compile(
 
 
 def describe_toml_error(exc: tomllib.TOMLDecodeError, text: str) -> str:
-    """`line L, column C: invalid TOML (what): <the line>`; Python < 3.14 has the position only in the message."""
+    """`line L, column C: invalid TOML (what): <the line>`; Python < 3.14 has the position only in the
+    message."""
     source_lines = text.splitlines() or [""]
     match = _TOML_AT.fullmatch(str(exc))
     if hasattr(exc, "lineno"):

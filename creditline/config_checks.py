@@ -9,13 +9,14 @@ are reported together, one line each, naming the file, the dotted field, the val
 Each field's rule sits next to the field (`creditline.config`, `creditline.trainer.TrainConfig`) as
 dataclass metadata; the annotation gives the type:
 
-    {"range": "(0, 1]"}            int | float: an interval, "[" / "]" closed, "(" / ")" open
-    {"choices": REGISTRY}          str: a collection of names, or a function returning one (read when checking)
-    {"pattern": (REGEX, WORDS)}    str: a full match of REGEX; WORDS says what that means
-    {"resolves": FUNCTION}         str: FUNCTION(value) succeeds (it must import nothing); its ValueError says why not
-    {"items": "[0, 16]"}           tuple[str, ...]: a list of that many non-empty strings (kept as a tuple)
-    dict[str, Any]                 a table of parameters, checked by a relation below
-    bool (no metadata)             true or false
+    {"range": "(0, 1]"}          int | float: an interval, "[" / "]" closed, "(" / ")" open
+    {"choices": REGISTRY}        str: a collection of names, or a function returning one (read when checking)
+    {"pattern": (REGEX, WORDS)}  str: a full match of REGEX; WORDS says what that means
+    {"resolves": FUNCTION}       str: FUNCTION(value) succeeds (it must import nothing); its ValueError says
+                                 why not
+    {"items": "[0, 16]"}         tuple[str, ...]: a list of that many non-empty strings (kept as a tuple)
+    dict[str, Any]               a table of parameters, checked by a relation below
+    bool (no metadata)           true or false
 
 An int field takes a whole number (8, or 8.0 which becomes 8), never a boolean or a string; a float
 field takes ints too, kept as written so that configs registered before these checks keep their hash.
@@ -70,8 +71,8 @@ def registered(module: str, name: str) -> Callable[[], Any]:
 
 
 SELECT_KEYS = ("include", "exclude", "skip")
-"""The keys of verifiers' v1 `SelectConfig` a config may set (`[verifiers] select`); creditline sets `shuffle`,
-`seed` and `limit`."""
+"""The keys of verifiers' v1 `SelectConfig` a config may set (`[verifiers] select`); creditline sets
+`shuffle`, `seed` and `limit`."""
 BUILTIN_POLICY = "builtin:tiny"
 BUILTIN_CHAT_POLICY = "builtin:chat"
 BUILTIN_POLICIES = (BUILTIN_POLICY, BUILTIN_CHAT_POLICY)
@@ -180,7 +181,8 @@ def interval(text: str) -> Interval:
 
 
 def check_value(hint: Any, rule: Mapping[str, Any], value: Any) -> tuple[Any, str | None]:
-    """(the value, normalised; None) if `value` obeys the field's type and rule, else (value, what is allowed)."""
+    """(the value, normalised; None) if `value` obeys the field's type and rule, else (value, what is
+    allowed)."""
     if hint is bool:
         kind = kind_mismatch(value, False)
         return (bool(value), None) if kind is None else (value, f"must be {kind}")
@@ -317,10 +319,13 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
         episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
         if train["minibatches"] > episodes:
             problems.append(
-                Problem("train.minibatches", train["minibatches"],
-                        f"must be at most rollouts.tasks_per_round × rollouts.group_size = {episodes}, "
-                        "the episodes of a round (a minibatch needs at least one)")
-            )  # fmt: skip
+                Problem(
+                    "train.minibatches",
+                    train["minibatches"],
+                    f"must be at most rollouts.tasks_per_round × rollouts.group_size = {episodes}, "
+                    "the episodes of a round (a minibatch needs at least one)",
+                )
+            )
     return problems
 
 
@@ -365,33 +370,59 @@ def size_problems(rollouts: Mapping[str, Any], env_params: Any) -> list[Problem]
     if {"tasks_per_round", "group_size"} <= rollouts.keys():
         episodes = rollouts["tasks_per_round"] * rollouts["group_size"]
         if episodes > MAX_EPISODES_PER_ROUND:
-            problems.append(Problem("rollouts.tasks_per_round", rollouts["tasks_per_round"],
-                                    f"× rollouts.group_size ({rollouts['group_size']}) = {episodes:,} episodes per "
-                                    f"round: at most {MAX_EPISODES_PER_ROUND:,} (a round holds all of them in "
-                                    "memory at once)"))  # fmt: skip
+            problems.append(
+                Problem(
+                    "rollouts.tasks_per_round",
+                    rollouts["tasks_per_round"],
+                    f"× rollouts.group_size ({rollouts['group_size']}) = {episodes:,} episodes per "
+                    f"round: at most {MAX_EPISODES_PER_ROUND:,} (a round holds all of them in "
+                    "memory at once)",
+                )
+            )
     given = env_params.get("max_steps") if isinstance(env_params, Mapping) else None
     if is_number(given) and not given <= MAX_ENV_STEPS:
-        problems.append(Problem("env.params.max_steps", given, f"must be at most {MAX_ENV_STEPS:,} "
-                                "(steps per episode; each is a row of the round's steps table)"))  # fmt: skip
+        problems.append(
+            Problem(
+                "env.params.max_steps",
+                given,
+                f"must be at most {MAX_ENV_STEPS:,} "
+                "(steps per episode; each is a row of the round's steps table)",
+            )
+        )
     return problems
 
 
 def steps_problems(
     max_steps: Any, rollouts: Mapping[str, Any], eval_: Mapping[str, Any], env_params: Mapping[Any, Any]
 ) -> list[Problem]:
-    """The built environment's own `max_steps` (its default, when env.params gives none) held to the limits."""
+    """The built environment's own `max_steps` (its default, when env.params gives none) held to the
+    limits."""
     if not is_number(max_steps) or not max_steps <= MAX_ENV_STEPS:
-        return [Problem("env.params", env_params, f"build an environment whose max_steps is {show(max_steps)}: "
-                        f"it must be a number of steps, at most {MAX_ENV_STEPS:,}")]  # fmt: skip
+        return [
+            Problem(
+                "env.params",
+                env_params,
+                f"build an environment whose max_steps is {show(max_steps)}: "
+                f"it must be a number of steps, at most {MAX_ENV_STEPS:,}",
+            )
+        ]
     problems = []
-    for path, episodes in (("rollouts.tasks_per_round", rollouts["tasks_per_round"] * rollouts["group_size"]),
-                           ("eval.num_tasks", eval_["num_tasks"])):  # fmt: skip
+    for path, episodes in (
+        ("rollouts.tasks_per_round", rollouts["tasks_per_round"] * rollouts["group_size"]),
+        ("eval.num_tasks", eval_["num_tasks"]),
+    ):
         rows = episodes * max_steps
         if rows > MAX_STEP_ROWS:
             value = rollouts["tasks_per_round"] if path.startswith("rollouts") else eval_["num_tasks"]
-            problems.append(Problem(path, value, f"{episodes:,} episodes × max_steps {max_steps:,} = {rows:,.0f} "
-                                    f"steps: at most {MAX_STEP_ROWS:,} rows in one steps table (~1 KB each in "
-                                    "memory)"))  # fmt: skip
+            problems.append(
+                Problem(
+                    path,
+                    value,
+                    f"{episodes:,} episodes × max_steps {max_steps:,} = {rows:,.0f} "
+                    f"steps: at most {MAX_STEP_ROWS:,} rows in one steps table (~1 KB each in "
+                    "memory)",
+                )
+            )
     return problems
 
 
@@ -403,7 +434,8 @@ def branching_problems(
 ) -> list[Problem]:
     """Branching needs an estimator that reads the continuations' links (a continuation is not a fresh
     episode of its task), rollouts that creditline plays (a verifiers environment cannot be restarted), and no
-    sample filter (PROF would weigh a continuation as one more episode of its group, and could drop its source)."""
+    sample filter (PROF would weigh a continuation as one more episode of its group, and could drop its
+    source)."""
     points = branching.get("points", "none")
     if points == "none":
         return []
@@ -413,15 +445,33 @@ def branching_problems(
         readers = [
             name for name in advantages.available() if "branch_of_episode" in advantages.input_columns(name)
         ]
-        problems.append(Problem("branching.points", points, f'needs an estimator that reads branches ({", ".join(readers)}); '
-                                f'"{estimator}" would take each continuation for a fresh episode of its task'))  # fmt: skip
+        problems.append(
+            Problem(
+                "branching.points",
+                points,
+                f"needs an estimator that reads branches ({', '.join(readers)}); "
+                f'"{estimator}" would take each continuation for a fresh episode of its task',
+            )
+        )
     if verifiers.get("env_id"):
-        problems.append(Problem("branching.points", points, "cannot branch rollouts a verifiers environment plays "
-                                "(verifiers.env_id): creditline cannot restart its episodes"))  # fmt: skip
+        problems.append(
+            Problem(
+                "branching.points",
+                points,
+                "cannot branch rollouts a verifiers environment plays "
+                "(verifiers.env_id): creditline cannot restart its episodes",
+            )
+        )
     if sample_filter not in (None, "none"):
-        problems.append(Problem("branching.points", points, f'cannot be combined with sample_filter = "{sample_filter}": '
-                                "the filter would count a continuation as an episode of its group and could drop "
-                                "the episode it branched from"))  # fmt: skip
+        problems.append(
+            Problem(
+                "branching.points",
+                points,
+                f'cannot be combined with sample_filter = "{sample_filter}": '
+                "the filter would count a continuation as an episode of its group and could drop "
+                "the episode it branched from",
+            )
+        )
     return problems
 
 
@@ -439,14 +489,31 @@ def gold_answer_problems(
         return []
     problems = []
     if not callable(getattr(env, "gold_answer", None)):
-        problems.append(Problem("advantages.estimator", estimator, f'needs tasks with a gold answer: environment '
-                                f'"{env_name}" has no gold_answer() (the built-ins with one: lookup, arithmetic)'))  # fmt: skip
+        problems.append(
+            Problem(
+                "advantages.estimator",
+                estimator,
+                f"needs tasks with a gold answer: environment "
+                f'"{env_name}" has no gold_answer() (the built-ins with one: lookup, arithmetic)',
+            )
+        )
     if rollouts.get("engine", "torch") != "torch":
-        problems.append(Problem("advantages.estimator", estimator, 'scores the gold answer with the policy in torch: '
-                                'rollouts.engine must be "torch"'))  # fmt: skip
+        problems.append(
+            Problem(
+                "advantages.estimator",
+                estimator,
+                'scores the gold answer with the policy in torch: rollouts.engine must be "torch"',
+            )
+        )
     if verifiers.get("env_id"):
-        problems.append(Problem("advantages.estimator", estimator, "cannot score rollouts a verifiers environment "
-                                "plays (verifiers.env_id): they carry no gold-answer log-probabilities"))  # fmt: skip
+        problems.append(
+            Problem(
+                "advantages.estimator",
+                estimator,
+                "cannot score rollouts a verifiers environment "
+                "plays (verifiers.env_id): they carry no gold-answer log-probabilities",
+            )
+        )
     return problems
 
 
@@ -457,20 +524,38 @@ def verifiers_problems(verifiers: Mapping[str, Any], section: str, *, files: boo
     problems = []
     select = verifiers.get("select") or {}
     if select and verifiers.get("api") == "classic":
-        problems.append(Problem(f"{section}.select", select, "is for api \"v1\" only: a classic environment's "
-                                "splits are its dataset (rollouts) and eval_dataset (the evaluation)"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{section}.select",
+                select,
+                'is for api "v1" only: a classic environment\'s '
+                "splits are its dataset (rollouts) and eval_dataset (the evaluation)",
+            )
+        )
     elif unknown := [key for key in select if key not in SELECT_KEYS]:
-        problems.append(Problem(f"{section}.select", select, f"unknown key{'s' * (len(unknown) > 1)} "
-                                f"{', '.join(map(key_text, unknown))}; known: {', '.join(SELECT_KEYS)} "
-                                "(creditline sets shuffle, seed and limit)"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{section}.select",
+                select,
+                f"unknown key{'s' * (len(unknown) > 1)} "
+                f"{', '.join(map(key_text, unknown))}; known: {', '.join(SELECT_KEYS)} "
+                "(creditline sets shuffle, seed and limit)",
+            )
+        )
     else:
         problems += select_value_problems(select, f"{section}.select")
     if not verifiers.get("env_id") or "python" not in verifiers:
         return problems
     python = verifiers["python"]
     if not python:
-        problems.append(Problem(f"{section}.python", python, f"is needed with {section}.env_id: the interpreter "
-                                "of a venv with verifiers installed, e.g. .venv-verifiers-0.4/bin/python"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{section}.python",
+                python,
+                f"is needed with {section}.env_id: the interpreter "
+                "of a venv with verifiers installed, e.g. .venv-verifiers-0.4/bin/python",
+            )
+        )
     elif files and not os.access(Path(python).expanduser(), os.X_OK):
         problems.append(Problem(f"{section}.python", python, "is not an executable file"))
     return problems
@@ -484,12 +569,23 @@ def select_value_problems(select: Mapping[str, Any], path: str) -> list[Problem]
         problems.append(Problem(f"{path}.skip", select["skip"], "must be a whole number ≥ 0"))
     for key in ("include", "exclude"):
         match = select.get(key, {})
-        fine = isinstance(match, Mapping) and set(match) <= {"idx", "ids", "keys", "names"} and all(
-            isinstance(items, list) and all(_task_match(name, v) for v in items) for name, items in match.items()
-        )  # fmt: skip
+        fine = (
+            isinstance(match, Mapping)
+            and set(match) <= {"idx", "ids", "keys", "names"}
+            and all(
+                isinstance(items, list) and all(_task_match(name, v) for v in items)
+                for name, items in match.items()
+            )
+        )
         if not fine:
-            problems.append(Problem(f"{path}.{key}", match, "must be a table of lists: idx (positions ≥ 0 or "
-                                    '"start:stop:step" slices), ids, keys, names (strings)'))  # fmt: skip
+            problems.append(
+                Problem(
+                    f"{path}.{key}",
+                    match,
+                    "must be a table of lists: idx (positions ≥ 0 or "
+                    '"start:stop:step" slices), ids, keys, names (strings)',
+                )
+            )
     return problems
 
 
@@ -497,8 +593,8 @@ _IDX = re.compile(r"\s*(\d+|\d*:\d*(:\d*)?)\s*(,\s*(\d+|\d*:\d*(:\d*)?)\s*)*")
 
 
 def _task_match(name: str, value: Any) -> bool:
-    """A `TaskMatchConfig` list item: an `idx` is a position ≥ 0 or "start:stop:step" slices (comma-separated);
-    `ids`, `keys` and `names` are strings."""
+    """A `TaskMatchConfig` list item: an `idx` is a position ≥ 0 or "start:stop:step" slices
+    (comma-separated); `ids`, `keys` and `names` are strings."""
     if name != "idx" or isinstance(value, str):
         return isinstance(value, str) and (name != "idx" or _IDX.fullmatch(value) is not None)
     number = whole_number(value)
@@ -509,7 +605,10 @@ def initial_policy_problems(value: str, *, files: bool, chat: str | None = None)
     """Problems of `initial_policy` (and of `rollouts.prompt_format` when it is `chat`, a chat format: the
     policy's tokenizer must have a chat template)."""
     if value == BUILTIN_POLICY and chat:
-        why = 'the built-in tiny policy has no chat template: use "plain" or "auto", or initial_policy "builtin:chat"'
+        why = (
+            "the built-in tiny policy has no chat template: "
+            'use "plain" or "auto", or initial_policy "builtin:chat"'
+        )
         return [Problem("rollouts.prompt_format", chat, why)]
     if value in BUILTIN_POLICIES or not files:
         return []
@@ -534,10 +633,16 @@ def tokenizer_problems(folder: Path, value: str, chat: str | None) -> list[Probl
         return [Problem("initial_policy", value, why)]
     problems = []
     if tokenizer.eos_token_id is None:
-        why = "its tokenizer has no EOS token, so a completion could never stop: set eos_token in tokenizer_config.json"
+        why = (
+            "its tokenizer has no EOS token, so a completion could never stop: "
+            "set eos_token in tokenizer_config.json"
+        )
         problems.append(Problem("initial_policy", value, why))
     if chat and not has_chat_template(tokenizer):
-        why = f'the tokenizer of {value} has no chat template: add one to its tokenizer_config.json, or use "plain"'
+        why = (
+            f"the tokenizer of {value} has no chat template: "
+            'add one to its tokenizer_config.json, or use "plain"'
+        )
         problems.append(Problem("rollouts.prompt_format", chat, why))
     return problems
 
@@ -568,7 +673,10 @@ def parameter_problems(
     problems = []
     if unknown:
         names = ", ".join(map(key_text, unknown))
-        allowed = f"unknown parameter{'s' * (len(unknown) > 1)} {names} of {owner}; known: {', '.join(sorted(defaults))}"
+        allowed = (
+            f"unknown parameter{'s' * (len(unknown) > 1)} {names} of {owner}; "
+            f"known: {', '.join(sorted(defaults))}"
+        )
         problems.append(Problem(path, params, allowed + note))
     for key, value in params.items():
         if (kind := kind_mismatch(value, defaults.get(key))) is not None:
@@ -616,15 +724,30 @@ def env_feature_problems(env: Any, name: str, policy: str, warm_start: bool) -> 
     built-in chat policy's tokenizer corpus."""
     problems = []
     if policy == BUILTIN_POLICY and not hasattr(env, "vocabulary"):
-        problems.append(Problem("initial_policy", policy, f'environment "{name}" has no vocabulary() listing its '
-                                "words, which the built-in tiny policy's word-level tokenizer needs: add one, or "
-                                'use "builtin:chat" or a model folder'))  # fmt: skip
-    needs = [what for what, wanted in (("a warm start", warm_start), ('"builtin:chat"', policy == BUILTIN_CHAT_POLICY))
-             if wanted]  # fmt: skip
+        problems.append(
+            Problem(
+                "initial_policy",
+                policy,
+                f'environment "{name}" has no vocabulary() listing its '
+                "words, which the built-in tiny policy's word-level tokenizer needs: add one, or "
+                'use "builtin:chat" or a model folder',
+            )
+        )
+    needs = [
+        what
+        for what, wanted in (("a warm start", warm_start), ('"builtin:chat"', policy == BUILTIN_CHAT_POLICY))
+        if wanted
+    ]
     if needs and not hasattr(env, "format_example"):
         field_, value = ("warm_start.episodes", "> 0") if warm_start else ("initial_policy", policy)
-        problems.append(Problem(field_, value, f'environment "{name}" has no format_example(rng) drawing a random '
-                                f"well-formed action, which {' and '.join(needs)} needs"))  # fmt: skip
+        problems.append(
+            Problem(
+                field_,
+                value,
+                f'environment "{name}" has no format_example(rng) drawing a random '
+                f"well-formed action, which {' and '.join(needs)} needs",
+            )
+        )
     return problems
 
 
@@ -680,7 +803,8 @@ def _try_estimator(estimator: str, params: Mapping[str, Any]) -> None:
 
 
 def _failure(attempt: Callable[[], Any]) -> str | None:
-    """The one-line message of the TypeError or ValueError (or ArithmeticError) `attempt` raises, else None."""
+    """The one-line message of the TypeError or ValueError (or ArithmeticError) `attempt` raises, else
+    None."""
     try:
         attempt()
     except (TypeError, ValueError, ArithmeticError) as exc:

@@ -1,4 +1,5 @@
-"""Where a round's credit went: a few episodes, each step's advantage from the round's estimator beside GRPO's.
+"""Where a round's credit went: a few episodes, each step's advantage from the round's estimator beside
+GRPO's.
 
 A person auditing a round wants to see which steps were rewarded, and how that differs from giving every
 step its episode's GRPO advantage. `credit_episodes` picks the episodes (deterministically: from the first

@@ -11,26 +11,26 @@ bench/server_profile.py), except that training on several processes sums gradien
     postgres_url = "postgresql://creditline@db:5432/dagster"   # the instance's runs, events, schedules
     executor = "multiprocess"                                   # in_process | multiprocess | celery | k8s
     max_concurrent = 4                                          # multiprocess: steps at once
-    gpus = 2                                                    # the "gpu" pool's size
+    gpus = 2                                                # the "gpu" pool's size
 
     [lineage]
-    catalog = "postgresql://creditline@db:5432/lineage"          # DuckDB attaches it (postgres extension)
+    catalog = "postgresql://creditline@db:5432/lineage"     # DuckDB attaches it (postgres extension)
 
     [tracking]
     uri = "http://mlflow:5000"
 
     [training]
-    processes = 2                                               # torchrun ranks per training step
-    sharding = "fsdp"                                           # replicated | fsdp (blocks split across ranks)
+    processes = 2                                           # torchrun ranks per training step
+    sharding = "fsdp"                                       # replicated | fsdp (blocks split across ranks)
 
     [generation]
-    endpoints = ["http://gen-0:8000", "http://gen-1:8000"]      # `vllm serve` replicas, data parallel
-    model = "policy"                                            # the name they serve (--served-model-name)
-    tensor_parallel_size = 2                                    # vLLM in the step's process: GPUs per engine
+    endpoints = ["http://gen-0:8000", "http://gen-1:8000"]  # `vllm serve` replicas, data parallel
+    model = "policy"                                        # the name they serve (--served-model-name)
+    tensor_parallel_size = 2                                # vLLM in the step's process: GPUs per engine
 
     [storage]
-    uri = "s3://bucket/creditline"                              # every artifact published here before its record
-    options = {endpoint_url = "http://minio:9000"}              # fsspec options; credentials from the environment
+    uri = "s3://bucket/creditline"                          # every artifact published here before its record
+    options = {endpoint_url = "http://minio:9000"}          # fsspec options; credentials from the environment
 
 Every field is optional. A typo or a value of the wrong type is refused naming the file and the field.
 """
@@ -52,14 +52,17 @@ SHARDINGS = ("replicated", "fsdp")
 @dataclass(frozen=True)
 class DagsterSettings:
     postgres_url: str = ""
-    """The Dagster instance's storage (runs, event log, schedules) on Postgres; empty: sqlite files in DAGSTER_HOME."""
+    """The Dagster instance's storage (runs, event log, schedules) on Postgres; empty: sqlite files in
+    DAGSTER_HOME."""
     executor: str = "in_process"
-    """How a run's steps execute: in the run's process, one process each, Celery workers or Kubernetes jobs."""
+    """How a run's steps execute: in the run's process, one process each, Celery workers or Kubernetes
+    jobs."""
     max_concurrent: int = 0
     """multiprocess: steps running at once; 0: one per CPU."""
     gpus: int = 1
-    """Size of the "gpu" pool (rollouts, reward model, training, evaluation): how many such steps run at once. A
-    concurrency limit only: nothing assigns each step its own device (set CUDA_VISIBLE_DEVICES per worker)."""
+    """Size of the "gpu" pool (rollouts, reward model, training, evaluation): how many such steps run at once.
+    A concurrency limit only: nothing assigns each step its own device (set CUDA_VISIBLE_DEVICES per
+    worker)."""
     max_concurrent_runs: int = 4
     """Runs the instance's run queue lets start at once."""
 
@@ -76,17 +79,18 @@ class Deployment:
     train_processes: int = 1
     """[training] processes: torchrun ranks that train one checkpoint; 1 trains in the step's own process."""
     train_sharding: str = "replicated"
-    """[training] sharding: "replicated" (every rank holds the whole model) or "fsdp" (each transformer block's
-    parameters, gradients and optimiser moments split across the ranks: `creditline.distributed`)."""
+    """[training] sharding: "replicated" (every rank holds the whole model) or "fsdp" (each transformer
+    block's parameters, gradients and optimiser moments split across the ranks: `creditline.distributed`)."""
     generation_endpoints: tuple[str, ...] = ()
-    """[generation] endpoints: base URLs of OpenAI-compatible servers (`vllm serve` with VLLM_SERVER_DEV_MODE=1,
-    or `creditline serve`) that generate every round's rollouts and evaluations as data-parallel replicas,
-    reloading each round's checkpoint (`creditline.engines.endpoints`); empty: the experiment's own engine."""
+    """[generation] endpoints: base URLs of OpenAI-compatible servers (`vllm serve` with
+    VLLM_SERVER_DEV_MODE=1, or `creditline serve`) that generate every round's rollouts and evaluations as
+    data-parallel replicas, reloading each round's checkpoint (`creditline.engines.endpoints`); empty: the
+    experiment's own engine."""
     generation_model: str = "policy"
     """[generation] model: the model name the replicas serve."""
     tensor_parallel_size: int = 0
-    """[generation] tensor_parallel_size: GPUs an in-process vLLM engine spans on these machines (the experiment's
-    `rollouts.tensor_parallel_size` otherwise); 0: the experiment's."""
+    """[generation] tensor_parallel_size: GPUs an in-process vLLM engine spans on these machines (the
+    experiment's `rollouts.tensor_parallel_size` otherwise); 0: the experiment's."""
     storage_uri: str = ""
     """[storage] uri: an fsspec URI every recorded artifact is published under (`creditline.store.objects`);
     empty: the data root only."""
@@ -130,12 +134,16 @@ def load_deployment(path: str | os.PathLike[str] | None = None) -> Deployment:
     dagster: dict[str, Any] = {}
     for section, body in raw.items():
         if section not in _SECTIONS or not isinstance(body, dict):
-            raise DeploymentError(f"deployment {source}: unknown section [{section}] "
-                                  f"(known: {', '.join(f'[{s}]' for s in _SECTIONS)})")  # fmt: skip
+            raise DeploymentError(
+                f"deployment {source}: unknown section [{section}] "
+                f"(known: {', '.join(f'[{s}]' for s in _SECTIONS)})"
+            )
         for key, value in body.items():
             if key not in _SECTIONS[section]:
-                raise DeploymentError(f"deployment {source}: [{section}] has no field {key!r} "
-                                      f"(known: {', '.join(_SECTIONS[section])})")  # fmt: skip
+                raise DeploymentError(
+                    f"deployment {source}: [{section}] has no field {key!r} "
+                    f"(known: {', '.join(_SECTIONS[section])})"
+                )
             (dagster if section == "dagster" else values)[_SECTIONS[section][key]] = value
     if isinstance(values.get("generation_endpoints"), list):
         values["generation_endpoints"] = tuple(values["generation_endpoints"])
@@ -148,23 +156,31 @@ def _check(deployment: Deployment) -> None:
     def fail(where: str, problem: str) -> None:
         raise DeploymentError(f"deployment {deployment.source}: {where} {problem}")
 
-    for where, value in (("[dagster] postgres_url", deployment.dagster.postgres_url),
-                         ("[dagster] executor", deployment.dagster.executor),
-                         ("[lineage] catalog", deployment.catalog), ("[tracking] uri", deployment.tracking_uri),
-                         ("[storage] uri", deployment.storage_uri),
-                         ("[generation] model", deployment.generation_model)):  # fmt: skip
+    for where, value in (
+        ("[dagster] postgres_url", deployment.dagster.postgres_url),
+        ("[dagster] executor", deployment.dagster.executor),
+        ("[lineage] catalog", deployment.catalog),
+        ("[tracking] uri", deployment.tracking_uri),
+        ("[storage] uri", deployment.storage_uri),
+        ("[generation] model", deployment.generation_model),
+    ):
         if not isinstance(value, str):
             fail(where, f"must be a string, not {value!r}")
-    for where, value, low in (("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
-                              ("[dagster] gpus", deployment.dagster.gpus, 1),
-                              ("[dagster] max_concurrent_runs", deployment.dagster.max_concurrent_runs, 1),
-                              ("[training] processes", deployment.train_processes, 1),
-                              ("[generation] tensor_parallel_size", deployment.tensor_parallel_size, 0)):  # fmt: skip
+    for where, value, low in (
+        ("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
+        ("[dagster] gpus", deployment.dagster.gpus, 1),
+        ("[dagster] max_concurrent_runs", deployment.dagster.max_concurrent_runs, 1),
+        ("[training] processes", deployment.train_processes, 1),
+        ("[generation] tensor_parallel_size", deployment.tensor_parallel_size, 0),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             fail(where, f"must be a whole number ≥ {low}, not {value!r}")
     if deployment.storage_uri and not deployment.catalog:
-        fail("[storage] uri", "needs [lineage] catalog on Postgres: a DuckDB file would stay locked for every upload, "
-                              "and workers on other machines could not reach it")  # fmt: skip
+        fail(
+            "[storage] uri",
+            "needs [lineage] catalog on Postgres: a DuckDB file would stay locked for every upload, "
+            "and workers on other machines could not reach it",
+        )
     endpoints = deployment.generation_endpoints
     if not isinstance(endpoints, tuple) or not all(
         isinstance(url, str) and url.startswith(("http://", "https://")) for url in endpoints
@@ -180,8 +196,10 @@ def _check(deployment: Deployment) -> None:
         fail("[storage] options", f"must be a table, not {deployment.storage_options!r}")
     if deployment.dagster.executor not in EXECUTORS:
         fail("[dagster] executor", f"{deployment.dagster.executor!r} is not one of {', '.join(EXECUTORS)}")
-    for where, url in (("[dagster] postgres_url", deployment.dagster.postgres_url),
-                       ("[lineage] catalog", deployment.catalog)):  # fmt: skip
+    for where, url in (
+        ("[dagster] postgres_url", deployment.dagster.postgres_url),
+        ("[lineage] catalog", deployment.catalog),
+    ):
         if url and not url.startswith(("postgresql://", "postgres://")):
             fail(where, f"must be a postgresql:// URI, not {redact(url)!r}")
 

@@ -5,8 +5,8 @@ Data parallelism, the way `creditline.trainer.train` does it when a process grou
 parent folder), and computes the same shuffled minibatch order from the same seed. Rank r trains on
 rows r::W of each minibatch. Every rank divides its loss sums by the minibatch's GLOBAL completion-token
 count N (computed from the whole minibatch, so the same number on every rank), so rank r's gradient is
-its share (1/N) Σ_{t ∈ rank r} ∇ℓ_t of the one-process gradient (1/N) Σ_t ∇ℓ_t, and their SUM is that
-gradient, up to the order of float additions. Clipping and the AdamW step then run on identical
+its share (1/N) Σ_{t ∈ rank r} ∇ℓ_t of the one-process gradient (1/N) Σ_t ∇ℓ_t, and their SUM is
+that gradient, up to the order of float additions. Clipping and the AdamW step then run on identical
 gradients on every rank, and the parameters stay identical without a broadcast.
 
 Why an explicit SUM all-reduce of the `.grad` tensors after the micro-batches, and not a
@@ -25,8 +25,9 @@ the head on its own, outside the model's forward, so it cannot be an FSDP unit) 
 as before. FSDP reduce-scatters the blocks' gradients in every backward, with the SUM (divide factor 1), so
 a block's gradient shard is the same sum as in the replicated path. Because every all-gather is a
 collective, every rank must run the same number of forward and backward passes: the trainer pads a rank's
-micro-batches with passes whose loss is multiplied by 0 (`creditline.trainer.rank_micro_batches`). The result is the
-one-process update to float summation order, as for the replicated path (tests/scaleout/test_torchrun_training.py).
+micro-batches with passes whose loss is multiplied by 0 (`creditline.trainer.rank_micro_batches`). The result
+is the one-process update to float summation order, as for the replicated path
+(tests/scaleout/test_torchrun_training.py).
 
 Without an initialised process group (or with W = 1) the trainer calls `rank_and_size` alone: the
 one-process path makes no distributed calls.
@@ -43,7 +44,8 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 SHARDINGS = ("replicated", "fsdp")
-"""How the ranks hold the model: whole on every rank (data parallel), or its blocks split across them (FSDP)."""
+"""How the ranks hold the model: whole on every rank (data parallel), or its blocks split across them
+(FSDP)."""
 
 BUCKET_ELEMENTS = 1 << 24
 """Gradient elements per all-reduce call (64 MiB of fp32): few calls, a bounded extra copy."""
@@ -82,8 +84,8 @@ def sum_update(parameters: Iterable[torch.nn.Parameter], sums: dict[str, float])
 
 
 def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> None:
-    """Shard every transformer block of `model` across the process group's ranks (FSDP2), in place, each rank's
-    shards on its `device` (`process_group`'s). The blocks are the modules whose class HF
+    """Shard every transformer block of `model` across the process group's ranks (FSDP2), in place, each
+    rank's shards on its `device` (`process_group`'s). The blocks are the modules whose class HF
     names in `model._no_split_modules` (LlamaDecoderLayer, Qwen2DecoderLayer, ...): the units HF itself never
     splits across devices."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -92,15 +94,19 @@ def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> None:
     names = set(getattr(model, "_no_split_modules", None) or ())
     blocks = [module for module in model.modules() if type(module).__name__ in names]
     if not blocks:
-        raise ValueError(f"{type(model).__name__} names no transformer blocks (_no_split_modules): "
-                         "it cannot be sharded; train it with sharding \"replicated\"")  # fmt: skip
-    # named, not FSDP's default (the machine's accelerator): gloo ranks on a GPU host keep their shards on the CPU
+        raise ValueError(
+            f"{type(model).__name__} names no transformer blocks (_no_split_modules): "
+            'it cannot be sharded; train it with sharding "replicated"'
+        )
+    # named, not FSDP's default (the machine's accelerator):
+    # gloo ranks on a GPU host keep their shards on the CPU
     mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
     for block in blocks:
         fully_shard(
             block, mesh=mesh, reshard_after_forward=True
         )  # each block is a root: whole only while it runs
-        # the SUM over ranks, as `sum_update` (FSDP's default is the mean), as a plain SUM (gloo has no PREMUL_SUM)
+        # the SUM over ranks, as `sum_update` (FSDP's default is the mean),
+        # as a plain SUM (gloo has no PREMUL_SUM)
         block.set_gradient_divide_factor(1.0)
         block.set_force_sum_reduction_for_comms(True)
 
@@ -150,8 +156,8 @@ def sharded_optimizer_state(state: dict, parameters: list[torch.nn.Parameter]) -
 
 
 def whole_optimizer_state(state: dict) -> dict | None:
-    """`sharded_optimizer_state`'s inverse, so a sharded run saves what one process would: every moment whole, on
-    rank 0 (`_gathered_on_rank_0`; None on the other ranks)."""
+    """`sharded_optimizer_state`'s inverse, so a sharded run saves what one process would: every moment whole,
+    on rank 0 (`_gathered_on_rank_0`; None on the other ranks)."""
     whole = {index: _gathered_on_rank_0(state["state"][index]) for index in sorted(state["state"])}
     return {**state, "state": whole} if dist.get_rank() == 0 else None
 

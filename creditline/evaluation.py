@@ -50,7 +50,8 @@ def evaluate(
 
 def summarize(episodes: pd.DataFrame, steps: pd.DataFrame) -> EvaluationSummary:
     """An evaluation's episodes (E rows) and steps (S rows) in five numbers: the share of successful episodes,
-    the mean return (a verifiers environment's: its reward), steps per episode, and the share of invalid actions."""
+    the mean return (a verifiers environment's: its reward), steps per episode, and the share of invalid
+    actions."""
     return EvaluationSummary(
         success_rate=float(episodes["success"].mean()),
         mean_return=float(episodes["env_return"].mean()),

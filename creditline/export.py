@@ -58,9 +58,10 @@ def export_lines(
 ) -> Iterator[str]:
     """The JSON lines of `format_` for one round (see the module doc): `pr941` in (task, sample) order,
     `prime-rl` by episode id, then chain; `verifiers-v1` in the order of `source`, the round's staged
-    `traces.jsonl`. `temperature`: the experiment's `[rollouts]` one, used where the steps record none. `source` / `source_format`: an imported round's staged file and its format ("classic"
-    results.jsonl or "v1" traces.jsonl), None for a round played here; `env_name`: the experiment's
-    environment (prime-rl's `env_name`); `system`: the system message of a chat round played here."""
+    `traces.jsonl`. `temperature`: the experiment's `[rollouts]` one, used where the steps record none.
+    `source` / `source_format`: an imported round's staged file and its format ("classic" results.jsonl or
+    "v1" traces.jsonl), None for a round played here; `env_name`: the experiment's environment (prime-rl's
+    `env_name`); `system`: the system message of a chat round played here."""
     if format_ == "verifiers-v1" and (source is None or source_format != "v1" or "source_ref" not in steps):
         raise ValueError(f"round {round_} was not imported from verifiers v1 traces: nothing to fill")
     rows = _joined(steps, scores, advantages)
@@ -73,8 +74,10 @@ def export_lines(
         imported = source is not None and "source_ref" in rows
         lines = source_lines(source) if imported else {}
         messages = source_messages(rows, lines, source_format) if imported else rebuilt_messages(rows, system)
-        provenance = {r["episode_id"]: _source(experiment, round_, r)
-                      for r in rows.drop_duplicates("episode_id").to_dict("records")}  # fmt: skip
+        provenance = {
+            r["episode_id"]: _source(experiment, round_, r)
+            for r in rows.drop_duplicates("episode_id").to_dict("records")
+        }
         fields = (
             source_rollout_fields(rows, lines, source_format) if imported else played_rollout_fields(rows)
         )
@@ -89,8 +92,9 @@ def export_lines(
         yield json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
-def export_rollout_files(round_: int, steps: pd.DataFrame, scores: pd.DataFrame, advantages: pd.DataFrame,
-                         source: Path | None) -> dict[str, list[str]]:  # fmt: skip
+def export_rollout_files(
+    round_: int, steps: pd.DataFrame, scores: pd.DataFrame, advantages: pd.DataFrame, source: Path | None
+) -> dict[str, list[str]]:
     """`prime-rl-rollouts`: relative path → lines (`export_prime_rl.rollout_files`); the round must have
     been imported from verifiers v1 traces (`source`, its staged `traces.jsonl`)."""
     if source is None or "source_ref" not in steps:
@@ -101,8 +105,12 @@ def export_rollout_files(round_: int, steps: pd.DataFrame, scores: pd.DataFrame,
 def _joined(steps: pd.DataFrame, scores: pd.DataFrame, advantages: pd.DataFrame) -> pd.DataFrame:
     """steps ⋈ scores ⋈ advantages on (episode_id, step_idx), one row per step, in play order."""
     criteria = [c for c in scores.columns if c.startswith("criterion.")]
-    rows = join_on_step(steps.drop(columns=["step_reward"]), scores,
-                        ["step_reward", "episode_reward", "rubric_version", *criteria], "the round's scores")  # fmt: skip
+    rows = join_on_step(
+        steps.drop(columns=["step_reward"]),
+        scores,
+        ["step_reward", "episode_reward", "rubric_version", *criteria],
+        "the round's scores",
+    )
     rows = with_token_advantages(
         join_on_step(rows, advantages, ["advantage", "estimator"], "the round's advantages")
     )
@@ -110,6 +118,11 @@ def _joined(steps: pd.DataFrame, scores: pd.DataFrame, advantages: pd.DataFrame)
 
 
 def _source(experiment: str, round_: int, row) -> dict:
-    return {"experiment": experiment, "round": round_, "episode_id": row["episode_id"],
-            "task_id": int(row["task_id"]), "rubric_version": row["rubric_version"],
-            "estimator": row["estimator"]}  # fmt: skip
+    return {
+        "experiment": experiment,
+        "round": round_,
+        "episode_id": row["episode_id"],
+        "task_id": int(row["task_id"]),
+        "rubric_version": row["rubric_version"],
+        "estimator": row["estimator"],
+    }

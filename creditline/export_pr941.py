@@ -45,9 +45,13 @@ import pandas as pd
 from creditline.imported_rollouts import read_json_lines
 from creditline.tool_calls import parse_tool_calls
 
-TIMING = {"start_time": 0.0, **{k: {"start": 0.0, "end": 0.0, "duration": 0.0} for k in
-          ("setup", "generation", "scoring")}, **{k: {"spans": [], "duration": 0.0} for k in ("model", "env")},
-          "total": 0.0, "overhead": 0.0}  # fmt: skip
+TIMING = {
+    "start_time": 0.0,
+    **{k: {"start": 0.0, "end": 0.0, "duration": 0.0} for k in ("setup", "generation", "scoring")},
+    **{k: {"spans": [], "duration": 0.0} for k in ("model", "env")},
+    "total": 0.0,
+    "overhead": 0.0,
+}
 """verifiers' `RolloutTiming` with nothing measured."""
 
 
@@ -56,8 +60,14 @@ STOP_CONDITIONS = {"done": "is_done", "step_limit": "max_turns_reached", "contex
 methods: `GymEnv.is_done`, `MultiTurnEnv.max_turns_reached`, `MultiTurnEnv.prompt_too_long`)."""
 
 
-def pr941_records(experiment: str, round_: int, rows: pd.DataFrame, messages: list[tuple[list, list]],
-                  source: dict, rollout_fields: dict[str, dict]) -> Iterator[dict]:  # fmt: skip
+def pr941_records(
+    experiment: str,
+    round_: int,
+    rows: pd.DataFrame,
+    messages: list[tuple[list, list]],
+    source: dict,
+    rollout_fields: dict[str, dict],
+) -> Iterator[dict]:
     """One `RolloutOutput` per episode of `rows` (steps in play order); `messages[i]` = (prompt,
     completion) of row i; `source[episode_id]` = the provenance put in `info`; `rollout_fields[episode_id]`
     = its `answer`, `error`, `timing`, `stop_condition`, `tool_defs` and `token_usage`
@@ -67,8 +77,11 @@ def pr941_records(experiment: str, round_: int, rows: pd.DataFrame, messages: li
     for episode_id, episode in rows.groupby("episode_id", sort=False):
         turns = episode.to_dict("records")
         trajectory = [_step(turn, experiment) for turn in turns]
-        metrics = {c.removeprefix("criterion.").removeprefix("source."): float(turns[-1][c])
-                   for c in criteria if pd.notna(turns[-1][c])}  # fmt: skip
+        metrics = {
+            c.removeprefix("criterion.").removeprefix("source."): float(turns[-1][c])
+            for c in criteria
+            if pd.notna(turns[-1][c])
+        }
         fields = rollout_fields[episode_id]
         output = {
             "example_id": int(turns[0]["task_id"]),
@@ -101,8 +114,14 @@ def played_rollout_fields(rows: pd.DataFrame) -> dict[str, dict]:
         ended = "done" if last["done"] else "step_limit" if last["truncated"] else "context_limit"
         prompts = [len(ids) for ids in episode["prompt_ids"]]
         completions = [len(ids) for ids in episode["completion_ids"]]
-        out[episode_id] = {"answer": "", "error": None, "timing": TIMING, "stop_condition": STOP_CONDITIONS[ended],
-                           "tool_defs": [], "token_usage": _token_usage(prompts, completions)}  # fmt: skip
+        out[episode_id] = {
+            "answer": "",
+            "error": None,
+            "timing": TIMING,
+            "stop_condition": STOP_CONDITIONS[ended],
+            "tool_defs": [],
+            "token_usage": _token_usage(prompts, completions),
+        }
     return out
 
 
@@ -111,9 +130,12 @@ def _token_usage(prompts: list[int], completions: list[int]) -> dict[str, float]
     its context metrics (`compute_context_token_metrics`: the model's tokens in the last context, and the
     rest of that context)."""
     generated = sum(completions)
-    return {"input_tokens": float(sum(prompts)), "output_tokens": float(generated),
-            "final_output_tokens": float(generated),
-            "final_input_tokens": float(prompts[-1] + completions[-1] - generated)}  # fmt: skip
+    return {
+        "input_tokens": float(sum(prompts)),
+        "output_tokens": float(generated),
+        "final_output_tokens": float(generated),
+        "final_input_tokens": float(prompts[-1] + completions[-1] - generated),
+    }
 
 
 def source_rollout_fields(rows: pd.DataFrame, lines: dict[int, dict], format_: str) -> dict[str, dict]:
@@ -126,10 +148,14 @@ def source_rollout_fields(rows: pd.DataFrame, lines: dict[int, dict], format_: s
     ):
         line = lines[int(ref.split(":")[0])]
         if format_ == "classic":
-            out[episode_id] = {"answer": line.get("answer", ""), "error": line.get("error"),
-                               "timing": line.get("timing", TIMING), "stop_condition": line.get("stop_condition"),
-                               "tool_defs": line.get("tool_defs") or [],
-                               "token_usage": line.get("token_usage")}  # fmt: skip
+            out[episode_id] = {
+                "answer": line.get("answer", ""),
+                "error": line.get("error"),
+                "timing": line.get("timing", TIMING),
+                "stop_condition": line.get("stop_condition"),
+                "tool_defs": line.get("tool_defs") or [],
+                "token_usage": line.get("token_usage"),
+            }
         else:
             out[episode_id] = _v1_rollout_fields(line["traces"][0])
     return out
@@ -175,9 +201,16 @@ def _v1_timing(timing: dict, call_times: list[dict]) -> dict:
     scoring = span("scoring")
     total = max(scoring["end"] - start, 0.0)
     model_time = sum(s["duration"] for s in model)
-    return {"start_time": start, "setup": span("setup"), "generation": span("agent"), "scoring": scoring,
-            "model": {"spans": model, "duration": model_time}, "env": {"spans": [], "duration": env},
-            "total": total, "overhead": max(total - model_time - env - scoring["duration"], 0.0)}  # fmt: skip
+    return {
+        "start_time": start,
+        "setup": span("setup"),
+        "generation": span("agent"),
+        "scoring": scoring,
+        "model": {"spans": model, "duration": model_time},
+        "env": {"spans": [], "duration": env},
+        "total": total,
+        "overhead": max(total - model_time - env - scoring["duration"], 0.0),
+    }
 
 
 def _step(turn: dict, experiment: str) -> dict:
@@ -185,16 +218,27 @@ def _step(turn: dict, experiment: str) -> dict:
     prompt_ids = [int(t) for t in turn["prompt_ids"]]
     completion_ids = [int(t) for t in turn["completion_ids"]]
     cut = turn.get("finish_reason") == "length"
-    tokens = {"prompt_ids": prompt_ids, "prompt_mask": [0] * len(prompt_ids), "completion_ids": completion_ids,
-              "completion_mask": [1] * len(completion_ids),
-              "completion_logprobs": [float(x) for x in turn["completion_logprobs"]]}  # fmt: skip
+    tokens = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": [0] * len(prompt_ids),
+        "completion_ids": completion_ids,
+        "completion_mask": [1] * len(completion_ids),
+        "completion_logprobs": [float(x) for x in turn["completion_logprobs"]],
+    }
     assistant = completion[-1]
     finish = "length" if cut else "tool_calls" if assistant.get("tool_calls") else "stop"
-    response = {"id": f"{turn['episode_id']}:{int(turn['step_idx'])}", "created": 0, "model": experiment,
-                "usage": {"prompt_tokens": len(prompt_ids), "reasoning_tokens": 0,
-                          "completion_tokens": len(completion_ids),
-                          "total_tokens": len(prompt_ids) + len(completion_ids)},
-                "message": {**assistant, "finish_reason": finish, "is_truncated": cut, "tokens": tokens}}  # fmt: skip
+    response = {
+        "id": f"{turn['episode_id']}:{int(turn['step_idx'])}",
+        "created": 0,
+        "model": experiment,
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "reasoning_tokens": 0,
+            "completion_tokens": len(completion_ids),
+            "total_tokens": len(prompt_ids) + len(completion_ids),
+        },
+        "message": {**assistant, "finish_reason": finish, "is_truncated": cut, "tokens": tokens},
+    }
     return {
         "prompt": prompt,
         "completion": completion,
@@ -210,7 +254,7 @@ def _step(turn: dict, experiment: str) -> dict:
             "step_reward": float(turn["step_reward"]),
             "valid_action": bool(turn.get("valid_action", True)),
             "env_truncated": bool(turn["truncated"]),
-        },  # fmt: skip
+        },
     }
 
 
@@ -232,8 +276,10 @@ def assistant_message(action: str) -> dict:
     parsed = parse_tool_calls(action)
     if not parsed.tool_calls:
         return {"role": "assistant", "content": action}
-    calls = [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-             for c in parsed.tool_calls]  # fmt: skip
+    calls = [
+        {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+        for c in parsed.tool_calls
+    ]
     return {
         "role": "assistant",
         **({"content": parsed.content} if parsed.content else {}),

@@ -37,9 +37,20 @@ from creditline.turn_packing import merge_turns
 from creditline.verifiers_v1 import fill_advantages
 
 TRAINING_SAMPLE_FIELDS = (
-    "token_ids", "mask", "logprobs", "temperatures", "env_name", "ref_logprobs", "mm_kwargs",
-    "routed_experts", "mm_token_type_ids", "rl_weights", "ce_weights", "ref_kl_weights", "advantages",
-)  # fmt: skip
+    "token_ids",
+    "mask",
+    "logprobs",
+    "temperatures",
+    "env_name",
+    "ref_logprobs",
+    "mm_kwargs",
+    "routed_experts",
+    "mm_token_type_ids",
+    "rl_weights",
+    "ce_weights",
+    "ref_kl_weights",
+    "advantages",
+)
 """prime-rl's `TrainingSample` fields in their positional (array_like) order."""
 
 

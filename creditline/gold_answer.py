@@ -12,10 +12,10 @@ forming the differences is the estimator's business.
 
 Each row is its prompt ids followed by the answer's ids (`tokenizer.encode(answer,
 add_special_tokens=False)`), the answer in the place of a completion: the rows are packed as the trainer packs
-step rows (`creditline.trainer.pack`) and scored by its no-gradient pass (`creditline.trainer.score`: micro-batches
-of at most `token_budget` padded tokens, fp32 log-softmax on the answer positions only, never the (R, L, V)
-logits). A right-padded row scores as it would alone: its tokens keep positions 0 … n−1 and the padding after
-them is masked out.
+step rows (`creditline.trainer.pack`) and scored by its no-gradient pass (`creditline.trainer.score`:
+micro-batches of at most `token_budget` padded tokens, fp32 log-softmax on the answer positions only, never
+the (R, L, V) logits). A right-padded row scores as it would alone: its tokens keep positions 0 … n−1 and
+the padding after them is masked out.
 """
 
 from __future__ import annotations

@@ -37,5 +37,6 @@ def stable_hash(obj: object, length: int = 16) -> str:
 
 
 def branch_episode_id(source_episode_id: str, step_idx: int, continuation: int) -> str:
-    """Continuation `continuation` sampled from step `step_idx` of `source_episode_id` (`creditline.branching`)."""
+    """Continuation `continuation` sampled from step `step_idx` of `source_episode_id`
+    (`creditline.branching`)."""
     return f"{source_episode_id}:b{step_idx}.{continuation}"

@@ -4,12 +4,12 @@ arXiv 2502.01456; verl's `recipe/prime` @246cac4, PRIME-RL/PRIME @18ad596).
 A causal LM π_φ, started from the same checkpoint as a frozen reference π_ref (the experiment's initial
 policy), is trained as an outcome reward model whose logit is a sum of per-token log-ratios:
 
-    q_y   = log π_φ(y | x, y_<) − log π_ref(y | x, y_<)         every sampled completion token y
-    v_t   = β · Σ_{y ∈ step t} q_y                              the implicit reward of step t (row t)
-    L     = BCE(σ(Σ_t v_t), success)                            per episode (PRIME's `compute_ce_dpo_loss_rm`)
+    q_y   = log π_φ(y | x, y_<) − log π_ref(y | x, y_<)      every sampled completion token y
+    v_t   = β · Σ_{y ∈ step t} q_y                           the implicit reward of step t (row t)
+    L     = BCE(σ(Σ_t v_t), success)                         per episode (PRIME's `compute_ce_dpo_loss_rm`)
 
-Trained so, β · log π_φ/π_ref is a process reward: a token's q_y is its share of the episode's log-odds of
-success (PRIME §3.1, after Yuan et al. 2024, "Free process rewards without process labels"). Log-probs are
+Trained so, β · log π_φ/π_ref is a process reward: a token's q_y is its share of the episode's log-odds
+of success (PRIME §3.1, after Yuan et al. 2024, "Free process rewards without process labels"). Log-probs are
 taken at temperature 1 (the raw models), on the completion tokens only (an environment's reply in a chat
 prompt is context, never scored). The label is the episode's success (PRIME: the verifier's accuracy).
 

@@ -114,8 +114,11 @@ def rollout_tables(
     seen: dict[str, str] = {}
     for rollout in rollouts:
         if rollout.rollout_key in seen:
-            raise SourceError(rollout.where, "id", f"duplicate rollout id {rollout.rollout_key!r} "
-                              f"(also at {seen[rollout.rollout_key]})")  # fmt: skip
+            raise SourceError(
+                rollout.where,
+                "id",
+                f"duplicate rollout id {rollout.rollout_key!r} (also at {seen[rollout.rollout_key]})",
+            )
         seen[rollout.rollout_key] = rollout.where
         if not rollout.steps:
             raise SourceError(rollout.where, "trajectory", "the rollout has no model calls")
@@ -124,43 +127,71 @@ def rollout_tables(
         raise SourceError("the source", "rollouts", "no rollouts found")
     for key, members in groups.items():
         if len(members) < 2 and for_training:
-            raise SourceError(members[0].where, "group", f"task {key!r} has one rollout; step credit needs "
-                              "at least two per task (rollouts_per_example ≥ 2)")  # fmt: skip
+            raise SourceError(
+                members[0].where,
+                "group",
+                f"task {key!r} has one rollout; step credit needs "
+                "at least two per task (rollouts_per_example ≥ 2)",
+            )
     task_ids = _task_ids(sorted(groups))
     episode_rows, step_rows = [], []
     for key in sorted(groups):
         task = task_ids[key]
         for sample, rollout in enumerate(sorted(groups[key], key=ImportedRollout.content_hash)):
             episode = ids.episode_id(experiment, round_, task, sample)
-            common = {"round": round_, "episode_id": episode, "group_id": ids.group_id(experiment, round_, task),
-                      "task_id": task, "sample_idx": sample}  # fmt: skip
+            common = {
+                "round": round_,
+                "episode_id": episode,
+                "group_id": ids.group_id(experiment, round_, task),
+                "task_id": task,
+                "sample_idx": sample,
+            }
             last = len(rollout.steps) - 1
             for t, step in enumerate(rollout.steps):
-                step_rows.append({
-                    **common, "step_idx": t, "observation": step.observation, "action": step.action,
-                    "anchor_key": ids.anchor_key(json.dumps(step.new_prompt_ids)),
-                    "prompt_ids": step.prompt_ids, "completion_ids": step.completion_ids,
-                    "completion_logprobs": step.completion_logprobs,
-                    "step_reward": step.preset_reward if step.preset_reward is not None
-                    else (rollout.reward if t == last else 0.0),
-                    "valid_action": True, "done": t == last, "truncated": step.truncated,
-                    "finish_reason": "length" if step.truncated else "stop",
-                    "preset_advantage": math.nan if step.preset_advantage is None else step.preset_advantage,
-                    "preset_completion_advantages": list(step.preset_completion_advantages or []),
-                    "source_ref": step.source_ref, **_sampling(step),
-                })  # fmt: skip
-            episode_rows.append({
-                **common, "num_steps": len(rollout.steps), "success": rollout.reward > 0,
-                "env_return": rollout.reward, "stop_reason": _stop_reason(rollout),
-                "source_components": json.dumps(rollout.components, sort_keys=True),
-            })  # fmt: skip
+                step_rows.append(
+                    {
+                        **common,
+                        "step_idx": t,
+                        "observation": step.observation,
+                        "action": step.action,
+                        "anchor_key": ids.anchor_key(json.dumps(step.new_prompt_ids)),
+                        "prompt_ids": step.prompt_ids,
+                        "completion_ids": step.completion_ids,
+                        "completion_logprobs": step.completion_logprobs,
+                        "step_reward": step.preset_reward
+                        if step.preset_reward is not None
+                        else (rollout.reward if t == last else 0.0),
+                        "valid_action": True,
+                        "done": t == last,
+                        "truncated": step.truncated,
+                        "finish_reason": "length" if step.truncated else "stop",
+                        "preset_advantage": math.nan
+                        if step.preset_advantage is None
+                        else step.preset_advantage,
+                        "preset_completion_advantages": list(step.preset_completion_advantages or []),
+                        "source_ref": step.source_ref,
+                        **_sampling(step),
+                    }
+                )
+            episode_rows.append(
+                {
+                    **common,
+                    "num_steps": len(rollout.steps),
+                    "success": rollout.reward > 0,
+                    "env_return": rollout.reward,
+                    "stop_reason": _stop_reason(rollout),
+                    "source_components": json.dumps(rollout.components, sort_keys=True),
+                }
+            )
     return RolloutTables(episodes=pd.DataFrame(episode_rows), steps=pd.DataFrame(step_rows))
 
 
 def _sampling(step: ImportedStep) -> dict[str, float]:
     """The step's sampling settings as columns, NaN where not saved (`creditline.sampling_settings`)."""
-    return {name: math.nan if (value := getattr(step, name)) is None else float(value)
-            for name in ("temperature", "top_p", "top_k")}  # fmt: skip
+    return {
+        name: math.nan if (value := getattr(step, name)) is None else float(value)
+        for name in ("temperature", "top_p", "top_k")
+    }
 
 
 def _task_ids(keys: list[str]) -> dict[str, int]:
@@ -186,8 +217,9 @@ def number(value, where: str, field: str) -> float:
 
 
 def int_list(value, where: str, field: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                                              for v in value):  # fmt: skip
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
         raise SourceError(where, field, "expected a list of token ids (non-negative integers)")
     return value
 
@@ -212,8 +244,12 @@ def sampling_settings(args, where: str, field: str, for_training: bool = True) -
         value = args.get(name, extra.get(name))
         out[name] = None if value is None else number(value, where, f"{field}.{name}")
     if for_training and out["temperature"] is not None and out["temperature"] <= 0:
-        raise SourceError(where, f"{field}.temperature", f"{out['temperature']:g}: greedy decoding; only "
-                          "rollouts sampled at a temperature > 0 can be trained on")  # fmt: skip
+        raise SourceError(
+            where,
+            f"{field}.temperature",
+            f"{out['temperature']:g}: greedy decoding; only "
+            "rollouts sampled at a temperature > 0 can be trained on",
+        )
     if out["top_p"] is not None and not 0 < out["top_p"] <= 1:
         raise SourceError(where, f"{field}.top_p", f"{out['top_p']:g}: expected a value in (0, 1]")
     return out
@@ -227,15 +263,22 @@ def read_json_lines(path) -> list[tuple[int, dict]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise SourceError(f"{path} line {n}", "encoding", f"not UTF-8 (byte 0x{raw[exc.start]:02x} at "
-                                  f"column {exc.start + 1}); verifiers writes UTF-8 JSON lines") from None  # fmt: skip
+                raise SourceError(
+                    f"{path} line {n}",
+                    "encoding",
+                    f"not UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                    f"column {exc.start + 1}); verifiers writes UTF-8 JSON lines",
+                ) from None
             if not text.strip():
                 continue
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise SourceError(f"{path} line {n}", "json", f"not valid JSON ({exc.msg} at column {exc.colno}); "
-                                  "a truncated or half-written file?") from None  # fmt: skip
+                raise SourceError(
+                    f"{path} line {n}",
+                    "json",
+                    f"not valid JSON ({exc.msg} at column {exc.colno}); a truncated or half-written file?",
+                ) from None
             if not isinstance(obj, dict):
                 raise SourceError(f"{path} line {n}", "json", f"expected an object, got {type(obj).__name__}")
             lines.append((n, obj))

@@ -36,8 +36,9 @@ def build_initial_policy(config: ExperimentConfig, folder: Path) -> tuple[Path, 
         extra = [] if config.env.name in BUILTIN_ENVIRONMENTS else list(config.env.build().vocabulary())
         source = build_tiny_policy(folder, TinyPolicyConfig(seed=config.seed), extra)
     elif config.initial_policy == BUILTIN_CHAT_POLICY:
-        source = build_chat_policy(folder, environment_corpus(config.env.build, seed=config.seed),
-                                   ChatPolicyConfig(seed=config.seed))  # fmt: skip
+        source = build_chat_policy(
+            folder, environment_corpus(config.env.build, seed=config.seed), ChatPolicyConfig(seed=config.seed)
+        )
     else:
         source = Path(config.initial_policy).expanduser().resolve()
         if not (source / "config.json").exists():
@@ -54,8 +55,13 @@ def build_initial_policy(config: ExperimentConfig, folder: Path) -> tuple[Path, 
         model, tokenizer, config.env.build, settings, config.seed, config.rollouts.prompt_format
     )
     save_policy(model, tokenizer, folder)
-    meta["warm_start"] = {**facts, "episodes": settings.episodes, "epochs": settings.epochs,
-                          "learning_rate": settings.learning_rate, "started_from": started_from}  # fmt: skip
+    meta["warm_start"] = {
+        **facts,
+        "episodes": settings.episodes,
+        "epochs": settings.epochs,
+        "learning_rate": settings.learning_rate,
+        "started_from": started_from,
+    }
     if source != folder:  # a user's folder, left as it was (a built-in one is overwritten by the warm start)
         meta["warm_start"]["started_from_path"] = str(source)
     return folder, meta

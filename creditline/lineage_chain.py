@@ -25,7 +25,8 @@ class ParentCheckpointError(RuntimeError):
 def ensure_initial_policy(
     store: LineageStore, config: ExperimentConfig, builtin_folder: Path
 ) -> ArtifactRecord:
-    """The experiment's initial policy, built (built-in, warm start) or registered (user folder) on first use."""
+    """The experiment's initial policy, built (built-in, warm start) or registered (user folder) on first
+    use."""
     existing = store.initial_policy(config.name)
     if existing is not None:
         return existing
@@ -38,8 +39,8 @@ def ensure_initial_policy(
 
 
 def parent_record(store: LineageStore, experiment: str, round_: int) -> ArtifactRecord:
-    """The recorded checkpoint that generates round `round_`'s rollouts (a lineage read: the disk is not checked; the
-    folder is fetched from object storage only if it is missing here)."""
+    """The recorded checkpoint that generates round `round_`'s rollouts (a lineage read: the disk is not
+    checked; the folder is fetched from object storage only if it is missing here)."""
     if round_ < 1:
         raise ValueError(f"rounds start at 1 (round 0 is the initial policy), got {round_}")
     record = (

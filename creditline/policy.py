@@ -86,8 +86,8 @@ def build_tiny_policy(
 def load_policy(
     folder: str | Path, device: str = "cpu", sharded: bool = False
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
-    """Load any HF causal-LM checkpoint folder (the built-in one or a user's model). `sharded` (a torchrun rank):
-    read whole on the CPU, then each block split across the ranks, this rank's part on `device`
+    """Load any HF causal-LM checkpoint folder (the built-in one or a user's model). `sharded` (a torchrun
+    rank): read whole on the CPU, then each block split across the ranks, this rank's part on `device`
     (`creditline.distributed.shard_blocks`), so no device ever holds the whole model."""
     folder = Path(folder)
     if not (folder / "config.json").exists():
@@ -109,7 +109,8 @@ def save_policy(
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write a checkpoint folder atomically: readers see the old folder or the whole new one. `state_dict`
-    replaces the model's own (a sharded model's, gathered whole: `creditline.distributed.whole_state_dict`)."""
+    replaces the model's own (a sharded model's, gathered whole:
+    `creditline.distributed.whole_state_dict`)."""
     with atomic_directory(folder) as tmp:
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)

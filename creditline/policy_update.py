@@ -33,13 +33,20 @@ def update_policy(
     optimizer_state: dict | None,
     reference_policy: str | Path | None = None,
 ) -> tuple[list[dict], dict]:
-    """Train `model` in place on `rows` (`creditline.round.training_rows`); return (per-update metrics, optimiser state).
+    """Train `model` in place on `rows` (`creditline.round.training_rows`); return (per-update metrics,
+    optimiser state).
 
     `reference_policy` is the folder of π_ref, loaded only when `[train] kl_coef` > 0.
     """
     packed = merge_turns(rows)  # one row per chat episode: same loss, ~T× fewer tokens
-    batch = pack(packed["prompt_ids"], packed["completion_ids"], packed["completion_logprobs"],
-                 packed["completion_advantages"], pad_token_id, packed["sampled_mask"])  # fmt: skip
+    batch = pack(
+        packed["prompt_ids"],
+        packed["completion_ids"],
+        packed["completion_logprobs"],
+        packed["completion_advantages"],
+        pad_token_id,
+        packed["sampled_mask"],
+    )
     # the rows' own sampling settings (imported rounds: what the source saved), else [rollouts]'
     temperature, top_p = round_sampling(rows, config.rollouts.temperature, config.rollouts.top_p)
     if config.train.kl_coef > 0:

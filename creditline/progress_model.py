@@ -11,8 +11,8 @@ episode are fit, as a sum, to its final reward:
 so ĉ_t is step t's share of R, "stepwise progress". The model is a HF `…ForSequenceClassification` with one
 label (the head `score`, bias-free), started from the experiment's initial policy with the head drawn from
 the experiment's seed; the pooling is done here from the attention mask, not by the pad token.
-Difference: SPA-RL's head is a linear map of the LM's logits (vocabulary → 1); here it reads the hidden state,
-the usual reward-model head (one (H,) vector instead of a (V,) one).
+Difference: SPA-RL's head is a linear map of the LM's logits (vocabulary → 1); here it reads the hidden
+state, the usual reward-model head (one (H,) vector instead of a (V,) one).
 `creditline.advantages.model_reward.spa` turns the ĉ_t into advantages.
 """
 

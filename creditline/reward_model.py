@@ -3,8 +3,8 @@
 Two estimators of the literature get their step rewards this way (`creditline.advantages.model_reward`):
 
     prime   PRIME's implicit process reward model (Cui et al. 2025, arXiv 2502.01456): a causal LM π_φ next
-            to a frozen reference π_ref; step t's value is v_t = β · Σ_{y ∈ step t} log π_φ(y) / π_ref(y)
-            and the episode's Σ_t v_t is the logit of its success (`creditline.implicit_prm`)
+            to a frozen reference π_ref; step t's value is v_t = β · Σ_{y ∈ step t} log π_φ(y) /
+            π_ref(y) and the episode's Σ_t v_t is the logit of its success (`creditline.implicit_prm`)
     spa     SPA-RL's progress estimator (Wang et al. 2025, arXiv 2505.20732): the transformer with a linear
             head on each step's last token gives ĉ_t = v_t, and Σ_t ĉ_t regresses the episode reward
             (`creditline.progress_model`)
@@ -20,9 +20,10 @@ g_e = ∂L/∂z_e; then each micro-batch of rows back-propagates the surrogate �
 gradient is exactly ∂L/∂θ (chain rule through z_e = Σ v_r). Gradients are clipped to `max_grad_norm`.
 
 The model is the experiment's initial policy at round 1 (a kind may add a head) and the previous round's
-reward model after; each round's is saved as a HF folder (`creditline.policy.save_policy`) and recorded in lineage as
-the round's `reward_model`, and its values on the round's steps as `model_rewards` (`assets/reward_model`).
-The values are computed after the round's update (PRIME updates the PRM on the batch, then scores it).
+reward model after; each round's is saved as a HF folder (`creditline.policy.save_policy`) and recorded in
+lineage as the round's `reward_model`, and its values on the round's steps as `model_rewards`
+(`assets/reward_model`). The values are computed after the round's update (PRIME updates the PRM on the batch,
+then scores it).
 """
 
 from __future__ import annotations
@@ -64,10 +65,19 @@ class RewardModelKind:
 
 
 KINDS: dict[str, RewardModelKind] = {
-    "prime": RewardModelKind("implicit_prm", implicit_prm.row_values, implicit_prm.loss, "success", head=False,
-                             prepare=implicit_prm.reference_logprobs, needs_reference=True),
-    "spa": RewardModelKind("progress", progress_model.row_values, progress_model.loss, "episode_reward", head=True),
-}  # fmt: skip
+    "prime": RewardModelKind(
+        "implicit_prm",
+        implicit_prm.row_values,
+        implicit_prm.loss,
+        "success",
+        head=False,
+        prepare=implicit_prm.reference_logprobs,
+        needs_reference=True,
+    ),
+    "spa": RewardModelKind(
+        "progress", progress_model.row_values, progress_model.loss, "episode_reward", head=True
+    ),
+}
 """The estimators that read `model_reward`, and the model each one trains."""
 
 
@@ -137,7 +147,8 @@ def row_values_without_grad(
     context,
     token_budget: int,
 ) -> torch.Tensor:
-    """v of `rows` (r,) float64 on the CPU, in micro-batches of at most `token_budget` padded tokens, eval mode."""
+    """v of `rows` (r,) float64 on the CPU, in micro-batches of at most `token_budget` padded tokens, eval
+    mode."""
     values = torch.zeros(len(rows), dtype=torch.float64)
     model.eval()  # no dropout: training's two passes must see the same function
     with torch.no_grad():
@@ -181,7 +192,8 @@ def train_reward_model(
         order = torch.randperm(n_episodes, generator=generator).numpy()
         for part, chosen in enumerate(np.array_split(order, min(settings.minibatches, n_episodes))):
             rows = np.concatenate([rows_of[e] for e in chosen])  # the part's step rows
-            local = np.repeat(np.arange(len(chosen)), [len(rows_of[e]) for e in chosen])  # row → part episode
+            # row → part episode
+            local = np.repeat(np.arange(len(chosen)), [len(rows_of[e]) for e in chosen])
             y = torch.from_numpy(target[chosen])
             optimizer.zero_grad(set_to_none=True)
             loss, z = accumulate_gradient(
@@ -189,9 +201,18 @@ def train_reward_model(
             )
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
             optimizer.step()
-            metrics.append({"epoch": epoch, "minibatch": part, "loss": float(loss), "grad_norm": float(grad_norm),
-                            "episodes": len(chosen), "rows": len(rows),
-                            "sum_mean": float(z.mean()), "target_mean": float(y.mean())})  # fmt: skip
+            metrics.append(
+                {
+                    "epoch": epoch,
+                    "minibatch": part,
+                    "loss": float(loss),
+                    "grad_norm": float(grad_norm),
+                    "episodes": len(chosen),
+                    "rows": len(rows),
+                    "sum_mean": float(z.mean()),
+                    "target_mean": float(y.mean()),
+                }
+            )
     model.eval()
     return metrics, optimizer.state_dict()
 

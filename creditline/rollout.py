@@ -15,8 +15,9 @@ come in one of three formats (`PROMPT_FORMATS`):
   a chat template such as the built-in word-level one.
 
 Completions end at the EOS, at a stop string (`SamplingParams.stop`; the environment's action text ends
-with it) or at `max_new_tokens` (`finish_reason` "length" on the step row: the turn was cut). An episode whose next prompt would not fit the model's context ends there, truncated
-(`stop_reason` "context_limit"), instead of failing the batch.
+with it) or at `max_new_tokens` (`finish_reason` "length" on the step row: the turn was cut). An episode whose
+next prompt would not fit the model's context ends there, truncated (`stop_reason` "context_limit"), instead
+of failing the batch.
 
 The output is the data contract's two long tables:
 
@@ -62,7 +63,8 @@ class LiveEpisode:
     history: bool
     """The conversation grows turn by turn ("chat"); else each turn starts a fresh one ("chat-last")."""
     branch_of: tuple[str, int] | None = None
-    """A branch's (source episode_id, step_idx): it restarted from that step's state (`creditline.branching`)."""
+    """A branch's (source episode_id, step_idx): it restarted from that step's state
+    (`creditline.branching`)."""
     env_return: float = 0.0
     num_steps: int = 0
     success: bool = False
@@ -134,7 +136,7 @@ def run_episodes(
                     group_id=ids.group_id(experiment, round_, task),
                     task_id=int(task),
                     sample_idx=sample,
-                )  # fmt: skip
+                )
             )
     return play(engine, tokenizer, episodes, round_, sampling, (), snapshots)
 
@@ -233,11 +235,14 @@ def play(
             if ended or out_of_context:
                 ep.success = transition.success
                 ep.stop_reason = (
-                    "success" if transition.success
-                    else "done" if transition.done
-                    else "step_limit" if transition.truncated
+                    "success"
+                    if transition.success
+                    else "done"
+                    if transition.done
+                    else "step_limit"
+                    if transition.truncated
                     else "context_limit"
-                )  # fmt: skip
+                )
             else:
                 still_active.append(ep)
         active = still_active

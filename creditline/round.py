@@ -1,5 +1,5 @@
-"""One round's stages, in the order the pipeline runs them: generate → score → (reward model) → advantages →
-train → evaluate.
+"""One round's stages, in the order the pipeline runs them: generate → score → (reward model) →
+advantages → train → evaluate.
 
 Each stage is a function of its inputs alone (tables, a model, the experiment config): no Dagster, DuckDB
 or MLflow in here. The round's assets (`assets/`), `creditline import` and the benchmarks
@@ -62,15 +62,33 @@ def generate_rollouts(engine: Engine, tokenizer, config: ExperimentConfig, round
     sampling = settings.sampling(config.seed)
     snapshots = {} if branching.enabled and can_snapshot(config.env.build()) else None
     tables = run_episodes(
-        engine, tokenizer, config.env.build, config.name, round_,
-        training_task_ids(config.seed, round_, settings.tasks_per_round), settings.group_size,
-        sampling, settings.prompt_format, snapshots,
-    )  # fmt: skip
+        engine,
+        tokenizer,
+        config.env.build,
+        config.name,
+        round_,
+        training_task_ids(config.seed, round_, settings.tasks_per_round),
+        settings.group_size,
+        sampling,
+        settings.prompt_format,
+        snapshots,
+    )
     seed_of = lambda task, sample: reset_seed(sampling.seed, round_, task, sample)  # noqa: E731
     if branching.enabled:
         points = choose_points(tables.steps, branching, config.seed, round_)
-        branches = play_branches(engine, tokenizer, config.env.build, tables.steps, points, branching.continuations,
-                                 round_, sampling, settings.prompt_format, seed_of, snapshots)  # fmt: skip
+        branches = play_branches(
+            engine,
+            tokenizer,
+            config.env.build,
+            tables.steps,
+            points,
+            branching.continuations,
+            round_,
+            sampling,
+            settings.prompt_format,
+            seed_of,
+            snapshots,
+        )
         tables = with_branches(tables, branches)
     if GOLD_COLUMN in input_columns(config.advantages.estimator):  # IGPO: the policy's belief at every step
         steps = with_gold_logprobs(engine, tokenizer, config.env.build, tables.steps, seed_of)
@@ -108,14 +126,24 @@ def fit_reward_model(
     codes, episode_ids = episode_codes(steps)
     context = kind.prepare(batch, settings, reference)
     metrics, state = train_reward_model(
-        kind, model, batch, codes, targets(kind, episode_ids, episodes, scores), settings,
-        derive_seed(config.seed, round_, "reward_model"), context, optimizer_state,
-    )  # fmt: skip
+        kind,
+        model,
+        batch,
+        codes,
+        targets(kind, episode_ids, episodes, scores),
+        settings,
+        derive_seed(config.seed, round_, "reward_model"),
+        context,
+        optimizer_state,
+    )
     values = all_row_values(kind, model, batch, context, settings.micro_batch_tokens)  # (S,)
     rewards = pd.DataFrame(
-        {"episode_id": steps["episode_id"].to_numpy(), "step_idx": steps["step_idx"].to_numpy(),
-         MODEL_REWARD_COLUMN: values}
-    )  # fmt: skip
+        {
+            "episode_id": steps["episode_id"].to_numpy(),
+            "step_idx": steps["step_idx"].to_numpy(),
+            MODEL_REWARD_COLUMN: values,
+        }
+    )
     return rewards, metrics, state
 
 
@@ -164,7 +192,8 @@ def train_policy(
     optimizer_state: dict | None,
     reference_policy: str | Path | None = None,
 ) -> tuple[list[dict], dict]:
-    """Stage 4: the clipped policy-gradient update of `model` in place; (per-update metrics, optimiser state)."""
+    """Stage 4: the clipped policy-gradient update of `model` in place; (per-update metrics, optimiser
+    state)."""
     rows = training_rows(steps, advantages)
     if "kept" in rows:  # a sample filter's dropped episodes are not trained on
         rows = rows[rows["kept"].to_numpy(dtype=bool)]
@@ -179,6 +208,13 @@ def evaluate_policy(
     """Stage 5: the policy after `policy_round` (0: the initial one) played greedily on the held-out tasks."""
     settings = config.rollouts
     return evaluate(
-        engine, tokenizer, config.env.build, config.name, policy_round, config.eval.num_tasks,
-        settings.max_new_tokens, settings.prompt_format, settings.stop,
-    )  # fmt: skip
+        engine,
+        tokenizer,
+        config.env.build,
+        config.name,
+        policy_round,
+        config.eval.num_tasks,
+        settings.max_new_tokens,
+        settings.prompt_format,
+        settings.stop,
+    )

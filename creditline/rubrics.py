@@ -126,7 +126,8 @@ def _check_length(rubric, criterion, values, expected, table):
     if not np.isfinite(values).all():
         row = int(np.flatnonzero(~np.isfinite(values))[0])
         raise ValueError(
-            f"rubric {rubric.name!r} criterion {criterion.name!r} gave a non-finite value at {table} row {row}"
+            f"rubric {rubric.name!r} criterion {criterion.name!r} "
+            f"gave a non-finite value at {table} row {row}"
         )
 
 
@@ -227,6 +228,7 @@ def rubric_by_version(version: str) -> Rubric | RubricGroup:
         if rubric.version == version:
             return rubric
     raise ValueError(
-        f"rubric version {version} was scored before but is no longer defined in code (creditline/rubrics.py); "
-        f"its stored partitions stay readable (defined now: {', '.join(r.version for r in RUBRICS.values())})"
+        f"rubric version {version} was scored before but is no longer defined in code "
+        "(creditline/rubrics.py); its stored partitions stay readable "
+        f"(defined now: {', '.join(r.version for r in RUBRICS.values())})"
     )

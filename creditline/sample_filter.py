@@ -6,8 +6,8 @@ Outcome Rewards through RL Training", arXiv 2509.03403; amazon-science/PROF-GRPO
 (success) and process values v_{i,k} (here the rubric's step rewards, the round's process signal), with μ the
 mean process value over every step row of the round:
 
-    s_i = mean_k 2 · (v_{i,k} − μ) · (2 R_i − 1)          consistency: a correct episode whose steps were
-                                                          rewarded, or a failed one whose steps were not
+    s_i = mean_k 2 · (v_{i,k} − μ) · (2 R_i − 1)      consistency: a correct episode whose steps were
+                                                      rewarded, or a failed one whose steps were not
 
 Then in every group of n episodes, n_remove = min(remove, n) are dropped, split so the kept correct and
 incorrect counts are as balanced as possible, the least consistent of each class first. With P correct and
@@ -31,7 +31,8 @@ import pandas as pd
 
 
 def consistency(scores: pd.DataFrame, success: pd.Series) -> pd.Series:
-    """s_i per episode (indexed by episode_id) from the step rewards of `scores` and `success` (by episode_id)."""
+    """s_i per episode (indexed by episode_id) from the step rewards of `scores` and `success` (by
+    episode_id)."""
     centred = scores["step_reward"].to_numpy(dtype=np.float64) - float(scores["step_reward"].mean())
     sign = 2.0 * success.reindex(scores["episode_id"]).to_numpy(dtype=np.float64) - 1.0
     return pd.Series(2.0 * centred * sign).groupby(scores["episode_id"].to_numpy()).mean()

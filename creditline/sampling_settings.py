@@ -28,8 +28,10 @@ def sampling_problem(steps: pd.DataFrame) -> str | None:
     if "top_k" in steps:
         top_k = steps["top_k"].to_numpy(dtype=np.float64)  # (S,) NaN, ≤ 0 (vLLM's −1) = no cut
         if (cut := top_k[np.isfinite(top_k) & (top_k > 0)]).size:
-            return (f"rollouts sampled with top_k={int(cut[0])}: the trainer cannot score a top-k cut "
-                    "(its π_θ would not be the distribution the engine sampled from); sample without top_k")  # fmt: skip
+            return (
+                f"rollouts sampled with top_k={int(cut[0])}: the trainer cannot score a top-k cut "
+                "(its π_θ would not be the distribution the engine sampled from); sample without top_k"
+            )
     return _mixed(_recorded_pairs(steps))
 
 
@@ -46,8 +48,10 @@ def _mixed(found: set) -> str | None:
     if len(found) < 2:
         return None
     listed = ", ".join(f"temperature={t:g} top_p={p:g}" for t, p in sorted(found))
-    return (f"rollouts sampled with {len(found)} different settings ({listed}): one round trains at one "
-            "temperature and top_p; import each setting's rollouts as a round of its own")  # fmt: skip
+    return (
+        f"rollouts sampled with {len(found)} different settings ({listed}): one round trains at one "
+        "temperature and top_p; import each setting's rollouts as a round of its own"
+    )
 
 
 def _recorded_pairs(steps: pd.DataFrame, temperature: float = math.nan, top_p: float = math.nan) -> set:

@@ -1,4 +1,5 @@
-"""Serving a policy checkpoint the way vLLM's OpenAI-compatible server does: request dict in, response dict out.
+"""Serving a policy checkpoint the way vLLM's OpenAI-compatible server does: request dict in, response dict
+out.
 
 Outside rollout code (PrimeIntellect's verifiers, any OpenAI client) talks to a model over HTTP. To train a
 creditline policy on such rollouts, the server must return what vLLM returns for RL: the prompt's token
@@ -99,9 +100,14 @@ def fallback_seed(server_seed: int, request_number: int) -> int:
     return derive_seed(server_seed, "request", request_number)
 
 
-def render_chat(tokenizer, messages: list[dict], tools: list[dict] | None = None,
-                add_generation_prompt: bool = True, continue_final_message: bool = False,
-                template_kwargs: dict | None = None) -> list[int]:  # fmt: skip
+def render_chat(
+    tokenizer,
+    messages: list[dict],
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+    template_kwargs: dict | None = None,
+) -> list[int]:
     """Prompt ids of `messages` (already normalised by `chat_messages`): the tokenizer's chat template
     renders the text, which is encoded once without adding special tokens (the template wrote them)."""
     if not getattr(tokenizer, "chat_template", None):
@@ -110,9 +116,13 @@ def render_chat(tokenizer, messages: list[dict], tools: list[dict] | None = None
         )
     try:
         text = tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=add_generation_prompt,
-            continue_final_message=continue_final_message, tokenize=False, **(template_kwargs or {}),
-        )  # fmt: skip
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            tokenize=False,
+            **(template_kwargs or {}),
+        )
     except Exception as exc:  # jinja errors, or a template's own raise_exception
         raise RequestError(f"the chat template cannot render these messages: {exc}", "messages") from None
     return list(tokenizer.encode(text, add_special_tokens=False))
@@ -162,16 +172,26 @@ def _token_texts(tokenizer, token_ids: Sequence[int]) -> list[str]:
 def chat_logprobs(tokenizer, choice: SampledChoice, as_token_ids: bool) -> dict:
     """vLLM's `ChatCompletionLogProbs`: one entry per sampled token, `top_logprobs` empty."""
     texts = _token_texts(tokenizer, choice.token_ids)
-    return {"content": [
-        {"token": f"token_id:{token}" if as_token_ids else text, "logprob": max(logprob, LOGPROB_FLOOR),
-         "bytes": list(text.encode("utf-8", errors="replace")), "top_logprobs": []}
-        for token, logprob, text in zip(choice.token_ids, choice.logprobs, texts, strict=True)
-    ]}  # fmt: skip
+    return {
+        "content": [
+            {
+                "token": f"token_id:{token}" if as_token_ids else text,
+                "logprob": max(logprob, LOGPROB_FLOOR),
+                "bytes": list(text.encode("utf-8", errors="replace")),
+                "top_logprobs": [],
+            }
+            for token, logprob, text in zip(choice.token_ids, choice.logprobs, texts, strict=True)
+        ]
+    }
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens, "prompt_tokens_details": None}  # fmt: skip
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+    }
 
 
 def chat_completion(
@@ -188,11 +208,18 @@ def chat_completion(
     if prompt_ids is None:
         prompt_ids = _rendered_prompt(server, request, tools)
     if request.get("top_logprobs"):
-        raise RequestError("top_logprobs: this server returns the sampled token's log-prob only; use 0",
-                           "top_logprobs")  # fmt: skip
+        raise RequestError(
+            "top_logprobs: this server returns the sampled token's log-prob only; use 0", "top_logprobs"
+        )
     # vLLM's hermes parser keeps special tokens when tools are given: `<tool_call>` may be one
-    sampling = sampling_request(request, server.context_length, len(prompt_ids), seed,
-                                ("max_completion_tokens", "max_tokens"), skip_special_default=not parse_tools)  # fmt: skip
+    sampling = sampling_request(
+        request,
+        server.context_length,
+        len(prompt_ids),
+        seed,
+        ("max_completion_tokens", "max_tokens"),
+        skip_special_default=not parse_tools,
+    )
     want_logprobs = flag(request, "logprobs", False)
     as_ids, want_ids = (
         flag(request, "return_tokens_as_token_ids", False),
@@ -203,35 +230,55 @@ def chat_completion(
     for index, choice in enumerate(sampled):
         parsed = parse_tool_calls(choice.text) if parse_tools else None
         called = parsed is not None and bool(parsed.tool_calls)
-        message = {"role": "assistant", "content": parsed.content if called else choice.text, "refusal": None,
-                   "annotations": None, "audio": None, "function_call": None,
-                   "tool_calls": parsed.tool_calls if called else [], "reasoning_content": None}  # fmt: skip
-        choices.append({
-            "index": index, "message": message,
-            "logprobs": chat_logprobs(server.tokenizer, choice, as_ids) if want_logprobs else None,
-            "finish_reason": "tool_calls" if called else choice.finish_reason, "stop_reason": choice.stop_reason,
-            "token_ids": choice.token_ids if want_ids else None,
-        })  # fmt: skip
+        message = {
+            "role": "assistant",
+            "content": parsed.content if called else choice.text,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": parsed.tool_calls if called else [],
+            "reasoning_content": None,
+        }
+        choices.append(
+            {
+                "index": index,
+                "message": message,
+                "logprobs": chat_logprobs(server.tokenizer, choice, as_ids) if want_logprobs else None,
+                "finish_reason": "tool_calls" if called else choice.finish_reason,
+                "stop_reason": choice.stop_reason,
+                "token_ids": choice.token_ids if want_ids else None,
+            }
+        )
     return {
-        "id": f"chatcmpl-{response_id(request, seed)}", "object": "chat.completion", "created": int(time.time()),
-        "model": server.model_name, "choices": choices, "service_tier": None, "system_fingerprint": None,
-        "usage": _usage(len(prompt_ids), sum(len(c.token_ids) for c in sampled)), "prompt_logprobs": None,
-        "prompt_token_ids": list(prompt_ids) if want_ids else None, "kv_transfer_params": None,
-    }  # fmt: skip
+        "id": f"chatcmpl-{response_id(request, seed)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": server.model_name,
+        "choices": choices,
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": _usage(len(prompt_ids), sum(len(c.token_ids) for c in sampled)),
+        "prompt_logprobs": None,
+        "prompt_token_ids": list(prompt_ids) if want_ids else None,
+        "kv_transfer_params": None,
+    }
 
 
 def _rendered_prompt(server: PolicyServer, request: dict, tools: list[dict] | None) -> list[int]:
     add_generation_prompt = flag(request, "add_generation_prompt", True)
     continue_final_message = flag(request, "continue_final_message", False)
     if add_generation_prompt and continue_final_message:
-        raise RequestError("continue_final_message and add_generation_prompt cannot both be true",
-                           "continue_final_message")  # fmt: skip
+        raise RequestError(
+            "continue_final_message and add_generation_prompt cannot both be true", "continue_final_message"
+        )
     template_kwargs = request.get("chat_template_kwargs") or {}
     if not isinstance(template_kwargs, dict):
         raise RequestError("chat_template_kwargs must be an object", "chat_template_kwargs")
     messages = chat_messages(request.get("messages"))
-    return render_chat(server.tokenizer, messages, tools, add_generation_prompt, continue_final_message,
-                       template_kwargs)  # fmt: skip
+    return render_chat(
+        server.tokenizer, messages, tools, add_generation_prompt, continue_final_message, template_kwargs
+    )
 
 
 def completion_logprobs(tokenizer, choice: SampledChoice, as_token_ids: bool) -> dict:
@@ -242,8 +289,12 @@ def completion_logprobs(tokenizer, choice: SampledChoice, as_token_ids: bool) ->
     ]
     logprobs = [max(lp, LOGPROB_FLOOR) for lp in choice.logprobs]
     offsets = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
-    return {"text_offset": offsets, "token_logprobs": logprobs, "tokens": tokens,
-            "top_logprobs": [{token: lp} for token, lp in zip(tokens, logprobs, strict=True)]}  # fmt: skip
+    return {
+        "text_offset": offsets,
+        "token_logprobs": logprobs,
+        "tokens": tokens,
+        "top_logprobs": [{token: lp} for token, lp in zip(tokens, logprobs, strict=True)],
+    }
 
 
 def completion(server: PolicyServer, request: dict, seed: int) -> dict:
@@ -265,19 +316,33 @@ def completion(server: PolicyServer, request: dict, seed: int) -> dict:
     for prompt_index, prompt_ids in enumerate(prompts):
         sampling = sampling_request(request, server.context_length, len(prompt_ids), seed, ("max_tokens",))
         for index, choice in enumerate(sample_choices(server, prompt_ids, sampling)):
-            choices.append({
-                "index": prompt_index * sampling.n + index, "text": choice.text,
-                "logprobs": completion_logprobs(server.tokenizer, choice, as_ids)
-                if request.get("logprobs") is not None else None,
-                "finish_reason": choice.finish_reason, "stop_reason": choice.stop_reason,
-                "token_ids": choice.token_ids if want_ids else None, "prompt_logprobs": None,
-                "prompt_token_ids": list(prompt_ids) if want_ids else None,
-            })  # fmt: skip
+            choices.append(
+                {
+                    "index": prompt_index * sampling.n + index,
+                    "text": choice.text,
+                    "logprobs": completion_logprobs(server.tokenizer, choice, as_ids)
+                    if request.get("logprobs") is not None
+                    else None,
+                    "finish_reason": choice.finish_reason,
+                    "stop_reason": choice.stop_reason,
+                    "token_ids": choice.token_ids if want_ids else None,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": list(prompt_ids) if want_ids else None,
+                }
+            )
             completion_tokens += len(choice.token_ids)
         prompt_tokens += len(prompt_ids)
-    return {"id": f"cmpl-{response_id(request, seed)}", "object": "text_completion", "created": int(time.time()),
-            "model": server.model_name, "choices": choices, "service_tier": None, "system_fingerprint": None,
-            "usage": _usage(prompt_tokens, completion_tokens), "kv_transfer_params": None}  # fmt: skip
+    return {
+        "id": f"cmpl-{response_id(request, seed)}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": server.model_name,
+        "choices": choices,
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": _usage(prompt_tokens, completion_tokens),
+        "kv_transfer_params": None,
+    }
 
 
 def response_id(request: dict, seed: int) -> str:
@@ -302,24 +367,46 @@ def generate_tokens(server: PolicyServer, request: dict, seed: int) -> dict:
         raise RequestError("sampling_params must be an object", "sampling_params")
     top = params.get("logprobs")
     if top is not None and (isinstance(top, bool) or top not in (0, 1)):
-        raise RequestError("sampling_params.logprobs: this server returns the sampled token's log-prob only; "
-                           "use 0 or 1", "sampling_params.logprobs")  # fmt: skip
-    sampling = sampling_request(params, server.context_length, len(prompt_ids), seed, ("max_tokens",),
-                                prefix="sampling_params.")  # fmt: skip
+        raise RequestError(
+            "sampling_params.logprobs: this server returns the sampled token's log-prob only; use 0 or 1",
+            "sampling_params.logprobs",
+        )
+    sampling = sampling_request(
+        params, server.context_length, len(prompt_ids), seed, ("max_tokens",), prefix="sampling_params."
+    )
     sampled = sample_choices(server, prompt_ids, sampling)
     choices = []
     for index, choice in enumerate(sampled):
         content = [
-            {"token": f"token_id:{t}", "logprob": max(lp, LOGPROB_FLOOR), "bytes": None,
-             "top_logprobs": [{"token": f"token_id:{t}", "logprob": max(lp, LOGPROB_FLOOR), "bytes": None}]}
+            {
+                "token": f"token_id:{t}",
+                "logprob": max(lp, LOGPROB_FLOOR),
+                "bytes": None,
+                "top_logprobs": [
+                    {"token": f"token_id:{t}", "logprob": max(lp, LOGPROB_FLOOR), "bytes": None}
+                ],
+            }
             for t, lp in zip(choice.token_ids, choice.logprobs, strict=True)
-        ]  # fmt: skip
-        choices.append({"index": index, "logprobs": None if top is None else {"content": content},
-                        "finish_reason": choice.finish_reason, "token_ids": choice.token_ids})  # fmt: skip
+        ]
+        choices.append(
+            {
+                "index": index,
+                "logprobs": None if top is None else {"content": content},
+                "finish_reason": choice.finish_reason,
+                "token_ids": choice.token_ids,
+            }
+        )
     request_id = request.get("request_id") or response_id(request, seed)
-    return {"id": f"generate-tokens-{request_id}", "request_id": str(request_id), "created": int(time.time()),
-            "model": server.model_name, "choices": choices, "prompt_logprobs": None, "kv_transfer_params": None,
-            "usage": _usage(len(prompt_ids), sum(len(c.token_ids) for c in sampled))}  # fmt: skip
+    return {
+        "id": f"generate-tokens-{request_id}",
+        "request_id": str(request_id),
+        "created": int(time.time()),
+        "model": server.model_name,
+        "choices": choices,
+        "prompt_logprobs": None,
+        "kv_transfer_params": None,
+        "usage": _usage(len(prompt_ids), sum(len(c.token_ids) for c in sampled)),
+    }
 
 
 def tokenize(server: PolicyServer, request: dict) -> dict:
@@ -334,15 +421,27 @@ def tokenize(server: PolicyServer, request: dict) -> dict:
         tokens = list(
             server.tokenizer.encode(prompt, add_special_tokens=flag(request, "add_special_tokens", True))
         )
-    return {"count": len(tokens), "max_model_len": server.context_length, "tokens": tokens,
-            "token_strs": server.tokenizer.convert_ids_to_tokens(tokens)
-            if flag(request, "return_token_strs", False) else None}  # fmt: skip
+    return {
+        "count": len(tokens),
+        "max_model_len": server.context_length,
+        "tokens": tokens,
+        "token_strs": server.tokenizer.convert_ids_to_tokens(tokens)
+        if flag(request, "return_token_strs", False)
+        else None,
+    }
 
 
 def models(server: PolicyServer) -> dict:
     """`GET /v1/models`: one model card, with vLLM's `max_model_len` (verifiers reads it to pre-check
     prompt lengths)."""
-    card = {"id": server.model_name, "object": "model", "created": int(time.time()), "owned_by": "creditline",
-            "root": server.folder or server.model_name, "parent": None, "max_model_len": server.context_length,
-            "permission": []}  # fmt: skip
+    card = {
+        "id": server.model_name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "creditline",
+        "root": server.folder or server.model_name,
+        "parent": None,
+        "max_model_len": server.context_length,
+        "permission": [],
+    }
     return {"object": "list", "data": [card]}

@@ -13,7 +13,8 @@ Routes (vLLM's paths; the OpenAI ones under `/v1`, vLLM's own at the root):
 
 With `VLLM_SERVER_DEV_MODE=1` in the environment (vLLM's gate for its development routes: an integer, non-zero
 enables them), the two routes a client needs to switch a running replica to another checkpoint of the same
-architecture, as vLLM 0.32 answers them (vllm/entrypoints/serve/dev/rpc/api_router.py, dev/cache/api_router.py):
+architecture, as vLLM 0.32 answers them (vllm/entrypoints/serve/dev/rpc/api_router.py,
+dev/cache/api_router.py):
 
     POST /collective_rpc               {"method": "reload_weights", "kwargs": {"weights_path": FOLDER}} ->
                                        {"results": [null]}; the engine is rebuilt from FOLDER (a torch engine)
@@ -70,11 +71,13 @@ DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 """The environment variable that enables vLLM's development routes (here: the weight reload ones)."""
 
 _NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype"})
-"""config.json fields that may differ between checkpoints of one architecture (a trainer's save rewrites them)."""
+"""config.json fields that may differ between checkpoints of one architecture (a trainer's save rewrites
+them)."""
 
 
 def dev_mode() -> bool:
-    """Whether `VLLM_SERVER_DEV_MODE` enables the development routes, read as vLLM reads it (`bool(int(...))`)."""
+    """Whether `VLLM_SERVER_DEV_MODE` enables the development routes, read as vLLM reads it
+    (`bool(int(...))`)."""
     value = os.environ.get(DEV_MODE_ENV, "0")
     try:
         return bool(int(value))
@@ -124,8 +127,17 @@ def build_app(server: serving.PolicyServer, seed: int = 0, dev_routes: bool | No
                 return _error(exc)
             except Exception as exc:  # a bug or an engine failure: the server stays up
                 message = f"{type(exc).__name__}: {exc}"
-                return JSONResponse({"error": {"message": message, "type": "InternalServerError",
-                                               "param": None, "code": 500}}, status_code=500)  # fmt: skip
+                return JSONResponse(
+                    {
+                        "error": {
+                            "message": message,
+                            "type": "InternalServerError",
+                            "param": None,
+                            "code": 500,
+                        }
+                    },
+                    status_code=500,
+                )
 
         return endpoint
 
@@ -173,8 +185,10 @@ def reload_weights_path(body, served_folder: str) -> str:
     if unknown:
         raise RequestError(f"reload_weights: unknown arguments {unknown}", "kwargs")
     if kwargs.get("is_checkpoint_format", True) is not True:
-        raise RequestError("reload_weights: only checkpoint-format weights (a checkpoint folder) can be loaded",
-                           "kwargs.is_checkpoint_format")  # fmt: skip
+        raise RequestError(
+            "reload_weights: only checkpoint-format weights (a checkpoint folder) can be loaded",
+            "kwargs.is_checkpoint_format",
+        )
     folder = kwargs.get("weights_path") or served_folder
     if not isinstance(folder, str) or not folder:
         raise RequestError("reload_weights: weights_path must be a checkpoint folder", "kwargs.weights_path")
@@ -182,8 +196,9 @@ def reload_weights_path(body, served_folder: str) -> str:
 
 
 def reload_policy(server: serving.PolicyServer, folder: str | Path) -> serving.PolicyServer:
-    """`server` serving the weights of `folder`, a checkpoint of the same architecture (vLLM's `reload_weights`):
-    a torch engine is rebuilt from the folder on its device, a vLLM engine reloads its weights in place."""
+    """`server` serving the weights of `folder`, a checkpoint of the same architecture (vLLM's
+    `reload_weights`): a torch engine is rebuilt from the folder on its device, a vLLM engine reloads its
+    weights in place."""
     from creditline.engines.torch_engine import TorchEngine
     from creditline.policy import load_tokenizer
 
@@ -192,8 +207,11 @@ def reload_policy(server: serving.PolicyServer, folder: str | Path) -> serving.P
         old = _architecture(Path(server.folder))
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         if changed:
-            raise RequestError(f"reload_weights: {folder} is not a checkpoint of the served architecture "
-                               f"(config.json differs in {changed})", "kwargs.weights_path")  # fmt: skip
+            raise RequestError(
+                f"reload_weights: {folder} is not a checkpoint of the served architecture "
+                f"(config.json differs in {changed})",
+                "kwargs.weights_path",
+            )
     engine = server.engine
     if isinstance(engine, TorchEngine):
         engine = TorchEngine.from_checkpoint(folder, engine.device)
@@ -209,8 +227,9 @@ def reload_policy(server: serving.PolicyServer, folder: str | Path) -> serving.P
 def _architecture(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
-        raise RequestError(f"reload_weights: {folder} is not a checkpoint folder (no config.json)",
-                           "kwargs.weights_path")  # fmt: skip
+        raise RequestError(
+            f"reload_weights: {folder} is not a checkpoint folder (no config.json)", "kwargs.weights_path"
+        )
     return {k: v for k, v in json.loads(path.read_text()).items() if k not in _NOT_ARCHITECTURE}
 
 
@@ -219,7 +238,8 @@ def _error(exc: RequestError) -> JSONResponse:
 
 
 class _AnnouncingServer(uvicorn.Server):
-    """Prints one `serving ... on http://HOST:PORT/v1` line once the socket listens (port 0: the one chosen)."""
+    """Prints one `serving ... on http://HOST:PORT/v1` line once the socket listens (port 0: the one
+    chosen)."""
 
     def __init__(self, config: uvicorn.Config, announcement: str):
         super().__init__(config)
@@ -248,8 +268,14 @@ def serve(server: serving.PolicyServer, host: str = "127.0.0.1", port: int = 800
     """Serve until SIGTERM or SIGINT, then return after a graceful shutdown. `port` 0: any free port."""
     if not 0 <= port <= 65_535:  # a socket takes it modulo 65536: 70000 would serve on 4464
         raise ValueError(f"port {port}: must be 1..65535, or 0 for any free port")
-    config = uvicorn.Config(build_app(server, seed), host=host, port=port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=5)  # fmt: skip
+    config = uvicorn.Config(
+        build_app(server, seed),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
     announcement = f"serving {server.folder} as {server.model_name} on {{url}}"
     # uvicorn handles the signals while it runs and re-raises them afterwards with the handlers found at
     # start: make those quiet, so a stop is a clean return rather than an interrupt.
@@ -264,12 +290,19 @@ def serve(server: serving.PolicyServer, host: str = "127.0.0.1", port: int = 800
 
 @contextlib.contextmanager
 def serving_in_background(server: serving.PolicyServer, seed: int = 0) -> Iterator[str]:
-    """Serve `server` on a free 127.0.0.1 port from a thread of this process; yield its `/v1` URL, stop on exit.
+    """Serve `server` on a free 127.0.0.1 port from a thread of this process; yield its `/v1` URL, stop on
+    exit.
 
     For a round whose rollouts a verifiers environment plays (`creditline.verifiers_source`): the policy is
     loaded once, here, and nothing is left running if the round fails."""
-    config = uvicorn.Config(build_app(server, seed), host="127.0.0.1", port=0, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=5)  # fmt: skip
+    config = uvicorn.Config(
+        build_app(server, seed),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
     http = uvicorn.Server(config)
     thread = threading.Thread(target=http.run, name="creditline-serve", daemon=True)
     thread.start()

@@ -89,8 +89,9 @@ def _number(request: dict, name: str, default, integer: bool, minimum=None, maxi
         return default
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
-        raise RequestError(f"{prefix}{name} must be {'an integer' if integer else 'a number'}, got {value!r}",
-                           prefix + name)  # fmt: skip
+        raise RequestError(
+            f"{prefix}{name} must be {'an integer' if integer else 'a number'}, got {value!r}", prefix + name
+        )
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
         raise RequestError(f"{prefix}{name} must be {bounds}, got {value!r}", prefix + name)
@@ -120,8 +121,9 @@ def sampling_request(
     set gives the completion budget."""
     for name, neutral in NEUTRAL_KNOBS.items():
         if request.get(name) not in neutral:
-            raise RequestError(f"{prefix}{name}={request[name]!r} is not supported by this server",
-                               prefix + name)  # fmt: skip
+            raise RequestError(
+                f"{prefix}{name}={request[name]!r} is not supported by this server", prefix + name
+            )
     max_tokens, budget_name = None, max_token_names[0]
     for name in max_token_names:
         max_tokens = _number(request, name, None, True, minimum=1, prefix=prefix)
@@ -155,14 +157,20 @@ def check_context(context_length: int | None, prompt_length: int, max_tokens: in
     if context_length is None:
         return
     if prompt_length >= context_length:
-        raise RequestError(f"This model's maximum context length is {context_length} tokens. However, your "
-                           f"request has {prompt_length} input tokens. Please reduce the length of the input "
-                           "messages.", "messages")  # fmt: skip
+        raise RequestError(
+            f"This model's maximum context length is {context_length} tokens. However, your "
+            f"request has {prompt_length} input tokens. Please reduce the length of the input "
+            "messages.",
+            "messages",
+        )
     if prompt_length + max_tokens > context_length:
-        raise RequestError(f"This model's maximum context length is {context_length} tokens. However, you "
-                           f"requested {prompt_length + max_tokens} tokens ({prompt_length} in the messages, "
-                           f"{max_tokens} in the completion). Please reduce the length of the messages or "
-                           "completion.", param)  # fmt: skip
+        raise RequestError(
+            f"This model's maximum context length is {context_length} tokens. However, you "
+            f"requested {prompt_length + max_tokens} tokens ({prompt_length} in the messages, "
+            f"{max_tokens} in the completion). Please reduce the length of the messages or "
+            "completion.",
+            param,
+        )
 
 
 def check_model(served_name: str, request: dict) -> None:
@@ -194,8 +202,9 @@ def _template_tool_call(call, where: str) -> dict:
     """An assistant's tool call as chat templates expect it: `arguments` a dict, not a JSON string."""
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise RequestError(f"{where} must be {{'type': 'function', 'function': {{'name', 'arguments'}}}}",
-                           "messages")  # fmt: skip
+        raise RequestError(
+            f"{where} must be {{'type': 'function', 'function': {{'name', 'arguments'}}}}", "messages"
+        )
     arguments = function.get("arguments") or {}
     if isinstance(arguments, str):
         try:
@@ -212,10 +221,17 @@ def chat_messages(messages) -> list[dict]:
     normalised = []
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
-        if not isinstance(message, dict) or message.get("role") not in ("system", "developer", "user",
-                                                                          "assistant", "tool"):  # fmt: skip
-            raise RequestError(f"{where} must be an object whose role is system, developer, user, assistant "
-                               "or tool", "messages")  # fmt: skip
+        if not isinstance(message, dict) or message.get("role") not in (
+            "system",
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+        ):
+            raise RequestError(
+                f"{where} must be an object whose role is system, developer, user, assistant or tool",
+                "messages",
+            )
         entry = {k: v for k, v in message.items() if v is not None}
         entry["content"] = _text(message.get("content"), where)
         if message["role"] == "assistant" and message.get("tool_calls"):
@@ -230,7 +246,8 @@ def chat_messages(messages) -> list[dict]:
 
 
 def chat_tools(tools) -> list[dict] | None:
-    """OpenAI `tools` (`[{"type": "function", "function": {"name", ...}}]`), passed to the template as given."""
+    """OpenAI `tools` (`[{"type": "function", "function": {"name", ...}}]`), passed to the template as
+    given."""
     if tools is None or tools == []:
         return None
     if not isinstance(tools, list) or not all(
@@ -258,8 +275,9 @@ def prompt_token_ids(tokenizer, prompt, field: str = "prompt", batch: bool = Tru
     for item in prompts:
         ids = list(tokenizer.encode(item, add_special_tokens=True)) if isinstance(item, str) else item
         if not isinstance(ids, list) or not ids or not all(_is_int(t) and 0 <= t < vocabulary for t in ids):
-            raise RequestError(f"{field}: a prompt must be non-empty text or token ids in [0, {vocabulary})",
-                               field)  # fmt: skip
+            raise RequestError(
+                f"{field}: a prompt must be non-empty text or token ids in [0, {vocabulary})", field
+            )
         if not batch and isinstance(item, str):
             raise RequestError(f"{field} must be a list of token ids", field)
         encoded.append(ids)

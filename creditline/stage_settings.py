@@ -46,7 +46,8 @@ class TrainConfig:
     micro_batch_tokens: int = field(default=16_384, metadata={"range": "[1, 100_000_000]"})
     """Padded tokens (rows × longest row) per forward pass; larger minibatches accumulate gradients."""
     logprob_chunk_tokens: int = field(default=DEFAULT_CHUNK_TOKENS, metadata={"range": "[1, 1_000_000]"})
-    """Completion positions whose full-vocabulary logits exist at once (peak ≈ this × vocabulary floats)."""
+    """Completion positions whose full-vocabulary logits exist at once (peak ≈ this × vocabulary
+    floats)."""
     kl_coef: float = field(default=0.0, metadata={"range": "[0, 10]"})
     """β_KL of the k3 KL to the reference (initial) policy; 0 is off and loads no reference model."""
     tis_cap: float = field(default=0.0, metadata={"range": "[0, 1000]"})
@@ -92,7 +93,8 @@ class RewardModelSettings:
     """`[reward_model]`: how the step-reward model of `prime` and `spa` is trained each round."""
 
     learning_rate: float = field(default=3e-4, metadata={"range": "(0, 1]"})
-    """AdamW's step size (PRIME: 1e-6, SPA-RL: 3e-6, on 3B-7B models; the tiny built-in policy needs far more)."""
+    """AdamW's step size (PRIME: 1e-6, SPA-RL: 3e-6, on 3B-7B models; the tiny built-in policy needs far
+    more)."""
     epochs: int = field(default=1, metadata={"range": "[1, 1000]"})
     """Passes over the round's episodes (PRIME: one update on each batch)."""
     minibatches: int = field(default=4, metadata={"range": "[1, 100_000]"})

@@ -1,8 +1,9 @@
 """Token-level clipped policy-gradient update on `completion_advantages`.
 
 For every completion token t of every step row, with μ the sampling distribution that produced the
-token (the engine's log-probs, same temperature and nucleus) and π_old the policy the round's rollouts stand for,
-the PPO clipped surrogate (Schulman et al. 2017, Eq. 7) with ρ_t = π_θ(y_t | x, y_<t) / π_old(y_t | …) is
+token (the engine's log-probs, same temperature and nucleus) and π_old the policy the round's rollouts stand
+for, the PPO clipped surrogate (Schulman et al. 2017, Eq. 7) with ρ_t = π_θ(y_t | x, y_<t) / π_old(y_t |
+…) is
 
     L = (1 / N) Σ_t [ − w_t · min(ρ_t · A_t, clip(ρ_t, 1 − ε, 1 + ε) · A_t)
                       + β_KL · k3(π_ref, π_θ)_t ]  −  β_H · (1 / N) Σ_t H_t,
@@ -86,8 +87,11 @@ def pack(
     rows = len(prompt_ids)
     n_p = np.fromiter(map(len, prompt_ids), dtype=np.int64, count=rows)  # (R,)
     n_c = np.fromiter(map(len, completion_ids), dtype=np.int64, count=rows)  # (R,)
-    for name, values in (("completion_logprobs", completion_logprobs), ("completion_advantages", completion_advantages),
-                         *((("sampled_mask", sampled_masks),) if sampled_masks is not None else ())):  # fmt: skip
+    for name, values in (
+        ("completion_logprobs", completion_logprobs),
+        ("completion_advantages", completion_advantages),
+        *((("sampled_mask", sampled_masks),) if sampled_masks is not None else ()),
+    ):
         if bad := np.flatnonzero(np.fromiter(map(len, values), dtype=np.int64, count=rows) != n_c)[
             :1
         ].tolist():
@@ -98,9 +102,13 @@ def pack(
         )
     length = int((n_p + n_c).max())
     # every row's tokens laid end to end, and the (row, column) each one goes to
-    tokens = np.fromiter(itertools.chain.from_iterable(itertools.chain(p, c) for p, c in
-                                                       zip(prompt_ids, completion_ids, strict=True)),
-                         dtype=np.int64, count=int((n_p + n_c).sum()))  # fmt: skip
+    tokens = np.fromiter(
+        itertools.chain.from_iterable(
+            itertools.chain(p, c) for p, c in zip(prompt_ids, completion_ids, strict=True)
+        ),
+        dtype=np.int64,
+        count=int((n_p + n_c).sum()),
+    )
     token_row, token_col = _positions(n_p + n_c, np.zeros(rows, dtype=np.int64))
     target_row, target_col = _positions(n_c, n_p - 1)  # logits at j predict token j+1
     input_ids = torch.full((rows, length), pad_token_id, dtype=torch.long)
@@ -199,8 +207,9 @@ def score(
     mine = torch.arange(out.shape[0])[rank::world]  # (R / W,) this rank's rows
     all_rows = torch.arange(out.shape[0])
     with torch.no_grad():
-        for local in rank_micro_batches(batch.attention_mask.sum(1), all_rows, config.micro_batch_tokens,
-                                        is_sharded(model)):  # fmt: skip
+        for local in rank_micro_batches(
+            batch.attention_mask.sum(1), all_rows, config.micro_batch_tokens, is_sharded(model)
+        ):
             if local is None:  # a sharded model's collectives need this rank's forward too
                 rows_logprobs(model, batch, all_rows[:1], config, temperature, top_p)
                 continue
@@ -237,9 +246,14 @@ def train(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     sharded = is_sharded(model)
-    # sharded: the per-tensor AdamW (CUDA's default multi-tensor one cannot mix DTensor blocks and whole tensors)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
-                                  weight_decay=config.weight_decay, foreach=False if sharded else None)  # fmt: skip
+    # sharded: the per-tensor AdamW
+    # (CUDA's default multi-tensor one cannot mix DTensor blocks and whole tensors)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=config.learning_rate,
+        weight_decay=config.weight_decay,
+        foreach=False if sharded else None,
+    )
     if optimizer_state is not None:
         if sharded:
             optimizer_state = sharded_optimizer_state(optimizer_state, list(model.parameters()))
@@ -264,8 +278,9 @@ def train(
                     _idle_pass(model, batch, mb_rows[:1], config, temperature, top_p)
                     continue
                 micro = rank_rows[local]
-                logp, entropy, mask, length = rows_logprobs(model, batch, micro, config, temperature, top_p,
-                                                             entropy_grad=config.entropy_coef > 0)  # fmt: skip
+                logp, entropy, mask, length = rows_logprobs(
+                    model, batch, micro, config, temperature, top_p, entropy_grad=config.entropy_coef > 0
+                )
                 sampled = _select(batch.old_logprobs, micro, length, mask, device)
                 old = sampled if trainer_old is None else _select(trainer_old, micro, length, mask, device)
                 terms, clipped = clipped_pg_terms(

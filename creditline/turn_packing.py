@@ -32,9 +32,9 @@ COLUMNS = ["prompt_ids", "completion_ids", "completion_logprobs", "completion_ad
 def merge_turns(rows: pd.DataFrame) -> pd.DataFrame:
     """The training rows of `rows`: each episode's turns merged while they chain (see the module doc).
 
-    Ordered by (episode_id, first step); a row's sequences are lists or arrays. Only the episodes where a turn's prompt is at least as long as the
-    previous turn's prompt + completion can chain and are walked turn by turn; every other turn (all of
-    them with plain prompts) is its own row, built column-wise.
+    Ordered by (episode_id, first step); a row's sequences are lists or arrays. Only the episodes where a
+    turn's prompt is at least as long as the previous turn's prompt + completion can chain and are walked turn
+    by turn; every other turn (all of them with plain prompts) is its own row, built column-wise.
     """
     ordered = rows.sort_values(["episode_id", "step_idx"], kind="stable").reset_index(drop=True)
     prompt_length = ordered["prompt_ids"].map(len).to_numpy()
@@ -44,13 +44,19 @@ def merge_turns(rows: pd.DataFrame) -> pd.DataFrame:
     may_extend[1:] = (episode[1:] == episode[:-1]) & (prompt_length[1:] >= held[:-1])
     walked = ordered["episode_id"].isin(set(episode[may_extend]))
     singles = ordered[~walked]
-    parts = [pd.DataFrame({  # the turn's own sequences, as they are (lists or arrays)
-        "prompt_ids": singles["prompt_ids"].to_numpy(), "completion_ids": singles["completion_ids"].to_numpy(),
-        "completion_logprobs": singles["completion_logprobs"].to_numpy(),
-        "completion_advantages": singles["completion_advantages"].to_numpy(),
-        "sampled_mask": [np.ones(len(x), dtype=np.int8) for x in singles["completion_ids"]],
-        "episode_id": singles["episode_id"].to_numpy(), "steps": [[int(s)] for s in singles["step_idx"]],
-    })]  # fmt: skip
+    parts = [
+        pd.DataFrame(
+            {  # the turn's own sequences, as they are (lists or arrays)
+                "prompt_ids": singles["prompt_ids"].to_numpy(),
+                "completion_ids": singles["completion_ids"].to_numpy(),
+                "completion_logprobs": singles["completion_logprobs"].to_numpy(),
+                "completion_advantages": singles["completion_advantages"].to_numpy(),
+                "sampled_mask": [np.ones(len(x), dtype=np.int8) for x in singles["completion_ids"]],
+                "episode_id": singles["episode_id"].to_numpy(),
+                "steps": [[int(s)] for s in singles["step_idx"]],
+            }
+        )
+    ]
     merged: list[dict] = []
     for _, turns in ordered[walked].groupby("episode_id", sort=False):
         current: dict | None = None
@@ -88,8 +94,13 @@ def _append(row: dict, turn: dict) -> None:
 
 
 def _single(turn: dict) -> dict:
-    values = [list(turn["prompt_ids"]), list(turn["completion_ids"]), list(turn["completion_logprobs"]),
-              list(turn["completion_advantages"]), [1] * len(turn["completion_ids"])]  # fmt: skip
+    values = [
+        list(turn["prompt_ids"]),
+        list(turn["completion_ids"]),
+        list(turn["completion_logprobs"]),
+        list(turn["completion_advantages"]),
+        [1] * len(turn["completion_ids"]),
+    ]
     return {
         **dict(zip(COLUMNS, values, strict=True)),
         "episode_id": turn["episode_id"],

@@ -1,4 +1,5 @@
-"""Reading verifiers' classic output: `results.jsonl` (+ `metadata.json`), verifiers ≤ 0.3.x (`verifiers.legacy`).
+"""Reading verifiers' classic output: `results.jsonl` (+ `metadata.json`), verifiers ≤ 0.3.x
+(`verifiers.legacy`).
 
 One JSON line per rollout (a `RolloutOutput`): `example_id` (the group: rollouts of one example),
 `reward`, `metrics` (each reward function's and metric's value by name), `stop_condition`, and, when the
@@ -64,8 +65,9 @@ def read_classic(
     sampling is accepted (`imported_rollouts.sampling_settings`)."""
     run_args = (metadata or {}).get("sampling_args")
     run_sampling = sampling_settings(run_args, str(path.parent / METADATA), "sampling_args", for_training)
-    parsed = [_parse_line(obj, f"{path} line {n}", run_sampling, for_training)
-              for n, obj in read_json_lines(path)]  # fmt: skip
+    parsed = [
+        _parse_line(obj, f"{path} line {n}", run_sampling, for_training) for n, obj in read_json_lines(path)
+    ]
     by_example: dict[str, list[float]] = defaultdict(list)
     for line in parsed:
         by_example[line["group"]].append(line["reward"])
@@ -80,11 +82,20 @@ def read_classic(
                     "preset_reward": _unless(step["preset_reward"], line["reward"]),
                     "preset_advantage": _unless(step["preset_advantage"], fill_advantage),
                 }
-            )  # fmt: skip
+            )
             for step in line["steps"]
         )
-        rollouts.append(ImportedRollout(line["group"], line["key"], line["reward"], line["components"],
-                                        line["stop_condition"], steps, line["where"]))  # fmt: skip
+        rollouts.append(
+            ImportedRollout(
+                line["group"],
+                line["key"],
+                line["reward"],
+                line["components"],
+                line["stop_condition"],
+                steps,
+                line["where"],
+            )
+        )
     return rollouts
 
 
@@ -106,10 +117,17 @@ def _parse_line(obj: dict, where: str, run_sampling: dict, for_training: bool) -
     components = {name: number(v, where, f"metrics.{name}") for name, v in metrics.items() if v is not None}
     trajectory = obj.get("trajectory")
     if not isinstance(trajectory, list) or not trajectory:
-        raise SourceError(where, "trajectory", "missing or empty: save the run with state_columns=[\"trajectory\"] "
-                          "so each model call's token ids and log-probs are kept")  # fmt: skip
-    sampling = run_sampling if obj.get("sampling_args") is None \
-        else sampling_settings(obj["sampling_args"], where, "sampling_args", for_training)  # fmt: skip
+        raise SourceError(
+            where,
+            "trajectory",
+            'missing or empty: save the run with state_columns=["trajectory"] '
+            "so each model call's token ids and log-probs are kept",
+        )
+    sampling = (
+        run_sampling
+        if obj.get("sampling_args") is None
+        else sampling_settings(obj["sampling_args"], where, "sampling_args", for_training)
+    )
     steps = []
     previous: tuple[list[int], int] | None = None  # (prompt + completion ids, messages) of the step before
     for t, step in enumerate(trajectory):
@@ -118,14 +136,21 @@ def _parse_line(obj: dict, where: str, run_sampling: dict, for_training: bool) -
             raise SourceError(where, at, "expected an object")
         tokens = step.get("tokens")
         if not isinstance(tokens, dict):
-            raise SourceError(where, f"{at}.tokens", "missing: the run was saved without token ids (serve the "
-                              "model with an endpoint that returns them, e.g. vLLM or `creditline serve`)")  # fmt: skip
+            raise SourceError(
+                where,
+                f"{at}.tokens",
+                "missing: the run was saved without token ids (serve the "
+                "model with an endpoint that returns them, e.g. vLLM or `creditline serve`)",
+            )
         prompt_ids = int_list(tokens.get("prompt_ids"), where, f"{at}.tokens.prompt_ids")
         completion_ids = int_list(tokens.get("completion_ids"), where, f"{at}.tokens.completion_ids")
         logprobs = float_list(tokens.get("completion_logprobs"), where, f"{at}.tokens.completion_logprobs")
         if len(logprobs) != len(completion_ids):
-            raise SourceError(where, f"{at}.tokens.completion_logprobs", f"{len(logprobs)} values for "
-                              f"{len(completion_ids)} completion tokens")  # fmt: skip
+            raise SourceError(
+                where,
+                f"{at}.tokens.completion_logprobs",
+                f"{len(logprobs)} values for {len(completion_ids)} completion tokens",
+            )
         prompt = step.get("prompt") or []
         completion = step.get("completion") or []
         for name, messages in (("prompt", prompt), ("completion", completion)):
@@ -137,21 +162,38 @@ def _parse_line(obj: dict, where: str, run_sampling: dict, for_training: bool) -
             before, seen_messages = previous
             if prompt_ids[: len(before)] == before:
                 new_ids = prompt_ids[len(before) :]
-        steps.append({
-            "observation": "\n".join(message_text(m) for m in prompt[seen_messages:] if isinstance(m, dict)),
-            "action": _action(completion),
-            "prompt_ids": prompt_ids, "new_prompt_ids": new_ids, "completion_ids": completion_ids,
-            "completion_logprobs": logprobs,
-            "truncated": bool(step.get("is_truncated") or tokens.get("is_truncated")),
-            "preset_reward": None if step.get("reward") is None else number(step["reward"], where, f"{at}.reward"),
-            "preset_advantage": None if step.get("advantage") is None
-            else number(step["advantage"], where, f"{at}.advantage"),
-            "source_ref": f"{where.rsplit(' line ', 1)[-1]}:{t}", **sampling,
-        })  # fmt: skip
+        steps.append(
+            {
+                "observation": "\n".join(
+                    message_text(m) for m in prompt[seen_messages:] if isinstance(m, dict)
+                ),
+                "action": _action(completion),
+                "prompt_ids": prompt_ids,
+                "new_prompt_ids": new_ids,
+                "completion_ids": completion_ids,
+                "completion_logprobs": logprobs,
+                "truncated": bool(step.get("is_truncated") or tokens.get("is_truncated")),
+                "preset_reward": None
+                if step.get("reward") is None
+                else number(step["reward"], where, f"{at}.reward"),
+                "preset_advantage": None
+                if step.get("advantage") is None
+                else number(step["advantage"], where, f"{at}.advantage"),
+                "source_ref": f"{where.rsplit(' line ', 1)[-1]}:{t}",
+                **sampling,
+            }
+        )
         previous = (prompt_ids + completion_ids, len(prompt) + len(completion))
     key = trajectory[0].get("trajectory_id") or f"{where}"
-    return {"group": str(example), "key": str(key), "reward": reward, "components": components,
-            "stop_condition": obj.get("stop_condition"), "steps": steps, "where": where}  # fmt: skip
+    return {
+        "group": str(example),
+        "key": str(key),
+        "reward": reward,
+        "components": components,
+        "stop_condition": obj.get("stop_condition"),
+        "steps": steps,
+        "where": where,
+    }
 
 
 def _action(completion: list) -> str:

@@ -50,10 +50,16 @@ class Source:
     def describe(self) -> dict:
         """What lineage keeps: the format and each file's name, sha256 and size."""
         root = self.rollouts_file.parent
-        return {"format": self.format, "files": [
-            {"name": p.relative_to(root).as_posix(), "sha256": hash_file(p), "bytes": p.stat().st_size}
-            for p in self.files
-        ], "verifiers": {k: self.metadata[k] for k in ("env_id", "model", "version_info") if k in self.metadata}}  # fmt: skip
+        return {
+            "format": self.format,
+            "files": [
+                {"name": p.relative_to(root).as_posix(), "sha256": hash_file(p), "bytes": p.stat().st_size}
+                for p in self.files
+            ],
+            "verifiers": {
+                k: self.metadata[k] for k in ("env_id", "model", "version_info") if k in self.metadata
+            },
+        }
 
 
 def find_rollouts_file(path: str | Path) -> tuple[str, Path]:
@@ -87,8 +93,11 @@ def find_rollouts_file(path: str | Path) -> tuple[str, Path]:
         return "v1", path
     if lines and "example_id" in lines[0][1]:
         return "classic", path
-    raise SourceError(f"{path} line {lines[0][0] if lines else 1}", "format",
-                      "neither a verifiers v1 episode (no `traces`) nor a classic rollout (no `example_id`)")  # fmt: skip
+    raise SourceError(
+        f"{path} line {lines[0][0] if lines else 1}",
+        "format",
+        "neither a verifiers v1 episode (no `traces`) nor a classic rollout (no `example_id`)",
+    )
 
 
 def read_source(path: str | Path, *, for_training: bool = True) -> Source:
@@ -114,8 +123,11 @@ def stage_source(source: Source, folder: Path) -> tuple[str, dict]:
     root = source.rollouts_file.parent
     with atomic_directory(folder) as tmp:
         for path in source.files:
-            name = (RESULTS if source.format == "classic" else TRACES) if path == source.rollouts_file \
-                else path.relative_to(root).as_posix()  # fmt: skip
+            name = (
+                (RESULTS if source.format == "classic" else TRACES)
+                if path == source.rollouts_file
+                else path.relative_to(root).as_posix()
+            )
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, tmp / name)
     return hashed_folder(folder)
@@ -126,14 +138,17 @@ def source_tables(source: Source, experiment: str, round_: int) -> RolloutTables
 
 
 def token_id_problem(source: Source, vocab_size: int) -> str | None:
-    """Why the source cannot train a policy with `vocab_size` token ids (ids from another tokenizer), or None."""
+    """Why the source cannot train a policy with `vocab_size` token ids (ids from another tokenizer), or
+    None."""
     for rollout in source.rollouts:
         for t, step in enumerate(rollout.steps):
             top = max(step.prompt_ids + step.completion_ids, default=-1)
             if top >= vocab_size:
-                return (f"{rollout.where}: step {t} has token id {top}, beyond the policy's vocabulary of "
-                        f"{vocab_size}: the rollouts were sampled by a model with another tokenizer (import "
-                        "them into an experiment whose initial_policy is that model)")  # fmt: skip
+                return (
+                    f"{rollout.where}: step {t} has token id {top}, beyond the policy's vocabulary of "
+                    f"{vocab_size}: the rollouts were sampled by a model with another tokenizer (import "
+                    "them into an experiment whose initial_policy is that model)"
+                )
     return None
 
 
@@ -149,8 +164,16 @@ def record_source(
     """Stage the source's files as round `round_`'s "source" artifact: a root of lineage when imported,
     `generated_by` the parent checkpoint when a verifiers environment played it (`verifiers_source`)."""
     content_hash, on_disk = stage_source(source, folder)
-    return store.record_artifact(ArtifactRecord(
-        experiment=experiment, round=round_, kind="source", path=str(folder), content_hash=content_hash,
-        rows=sum(len(r.steps) for r in source.rollouts), meta={**source.describe(), **on_disk},
-        dagster_run_id=dagster_run_id,
-    ), parents)  # fmt: skip
+    return store.record_artifact(
+        ArtifactRecord(
+            experiment=experiment,
+            round=round_,
+            kind="source",
+            path=str(folder),
+            content_hash=content_hash,
+            rows=sum(len(r.steps) for r in source.rollouts),
+            meta={**source.describe(), **on_disk},
+            dagster_run_id=dagster_run_id,
+        ),
+        parents,
+    )

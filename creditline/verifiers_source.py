@@ -1,5 +1,5 @@
-"""A verifiers environment plays a round's rollouts, or its evaluation: serve a checkpoint, run the environment,
-keep its files.
+"""A verifiers environment plays a round's rollouts, or its evaluation: serve a checkpoint, run the
+environment, keep its files.
 
 With `[verifiers] env_id` set, a round's rollouts are not played by creditline's engine on `env` but by a
 verifiers environment, the way its users run it, against the round's parent checkpoint; with
@@ -46,7 +46,8 @@ class VerifiersRunError(RuntimeError):
 
 @dataclass(frozen=True)
 class VerifiersRun:
-    """One run of a verifiers environment against a served checkpoint: which environment, which examples, how."""
+    """One run of a verifiers environment against a served checkpoint: which environment, which examples,
+    how."""
 
     settings: VerifiersSettings
     split: str
@@ -69,10 +70,16 @@ def rollout_run(config: ExperimentConfig, round_: int) -> VerifiersRun:
     """Round `round_`'s rollouts (`[verifiers]`), played by the parent checkpoint (round `round_ - 1`'s)."""
     rollouts = config.rollouts
     return VerifiersRun(
-        config.verifiers, "train", rollouts.tasks_per_round, rollouts.group_size, rollouts.temperature,
-        rollouts.max_new_tokens, derive_seed(config.name, round_, "verifiers"), f"{config.name}/round-{round_ - 1}",
+        config.verifiers,
+        "train",
+        rollouts.tasks_per_round,
+        rollouts.group_size,
+        rollouts.temperature,
+        rollouts.max_new_tokens,
+        derive_seed(config.name, round_, "verifiers"),
+        f"{config.name}/round-{round_ - 1}",
         rollouts.engine,
-    )  # fmt: skip
+    )
 
 
 def evaluation_run(config: ExperimentConfig, policy_round: int) -> VerifiersRun:
@@ -81,22 +88,51 @@ def evaluation_run(config: ExperimentConfig, policy_round: int) -> VerifiersRun:
     is evaluated on the same examples."""
     rollouts = config.rollouts
     return VerifiersRun(
-        config.eval.verifiers, "eval", config.eval.num_tasks, 1, 0.0, rollouts.max_new_tokens,
-        derive_seed(config.name, "eval"), f"{config.name}/round-{policy_round}", rollouts.engine,
-    )  # fmt: skip
+        config.eval.verifiers,
+        "eval",
+        config.eval.num_tasks,
+        1,
+        0.0,
+        rollouts.max_new_tokens,
+        derive_seed(config.name, "eval"),
+        f"{config.name}/round-{policy_round}",
+        rollouts.engine,
+    )
 
 
 def runner_command(run: VerifiersRun, policy_folder: str | Path, base_url: str, out: Path) -> list[str]:
     """The runner's command line (`creditline.verifiers_runners`)."""
     settings = run.settings
     command = [
-        settings.python, str(RUNNERS[settings.api]), "--base-url", base_url, "--model", run.model,
-        "--policy", str(policy_folder), "--env-id", settings.env_id, "--env-args", json.dumps(settings.env_args),
-        "--split", run.split, "--select", json.dumps(settings.select),
-        "--num-examples", str(run.num_examples), "--rollouts-per-example", str(run.rollouts_per_example),
-        "--temperature", str(run.temperature), "--max-tokens", str(run.max_tokens),
-        "--seed", str(run.seed), "--out", str(out),
-    ]  # fmt: skip
+        settings.python,
+        str(RUNNERS[settings.api]),
+        "--base-url",
+        base_url,
+        "--model",
+        run.model,
+        "--policy",
+        str(policy_folder),
+        "--env-id",
+        settings.env_id,
+        "--env-args",
+        json.dumps(settings.env_args),
+        "--split",
+        run.split,
+        "--select",
+        json.dumps(settings.select),
+        "--num-examples",
+        str(run.num_examples),
+        "--rollouts-per-example",
+        str(run.rollouts_per_example),
+        "--temperature",
+        str(run.temperature),
+        "--max-tokens",
+        str(run.max_tokens),
+        "--seed",
+        str(run.seed),
+        "--out",
+        str(out),
+    ]
     for path in settings.paths:
         command += ["--path", str(Path(path).expanduser().resolve())]
     return command
@@ -117,6 +153,8 @@ def play_with_verifiers(
         if done.returncode != 0:
             stderr.seek(0)
             tail = stderr.read().strip().splitlines()[-_STDERR_LINES:]
-            raise VerifiersRunError(f"verifiers environment {run.settings.env_id!r} ({run.settings.api}) "
-                                    f"exited with {done.returncode}:\n" + "\n".join(tail))  # fmt: skip
+            raise VerifiersRunError(
+                f"verifiers environment {run.settings.env_id!r} ({run.settings.api}) "
+                f"exited with {done.returncode}:\n" + "\n".join(tail)
+            )
     return out

@@ -56,8 +56,11 @@ def read_v1(path: Path, *, for_training: bool = True) -> list[ImportedRollout]:
         if not isinstance(traces, list) or not traces:
             raise SourceError(where, "traces", "missing or empty (an episode that produced no trace)")
         if len(traces) > 1:
-            raise SourceError(where, "traces", f"{len(traces)} traces (a multi-agent episode); only "
-                              "single-agent episodes can be imported")  # fmt: skip
+            raise SourceError(
+                where,
+                "traces",
+                f"{len(traces)} traces (a multi-agent episode); only single-agent episodes can be imported",
+            )
         trace = traces[0]
         if not isinstance(trace, dict):
             raise SourceError(where, "traces[0]", "expected an object")
@@ -101,16 +104,25 @@ def _rollout(episode: dict, trace: dict, where: str, line: int, for_training: bo
     calls = [c for c in trace.get("calls") or [] if isinstance(c, dict) and c.get("node") is not None]
     sampled = [c["node"] for c in calls] or [i for i, node in enumerate(nodes) if node.get("sampled")]
     truncated = {c["node"] for c in calls if c.get("finish_reason") == "length"}
-    sampling = {c["node"]: sampling_settings(c.get("sampling"), where, f"traces[0].calls[{i}].sampling",
-                                             for_training)
-                for i, c in enumerate(trace.get("calls") or []) if c in calls}  # fmt: skip
+    sampling = {
+        c["node"]: sampling_settings(c.get("sampling"), where, f"traces[0].calls[{i}].sampling", for_training)
+        for i, c in enumerate(trace.get("calls") or [])
+        if c in calls
+    }
     steps, previous = [], None
     for index in sampled:
         step = _step(nodes, index, where, line, truncated=index in truncated, previous=previous)
         steps.append(replace(step, **sampling[index]) if index in sampling else step)
         previous = index
-    return ImportedRollout(str(group), str(trace.get("id") or episode.get("id") or where), reward, components,
-                           trace.get("stop_condition"), tuple(steps), where)  # fmt: skip
+    return ImportedRollout(
+        str(group),
+        str(trace.get("id") or episode.get("id") or where),
+        reward,
+        components,
+        trace.get("stop_condition"),
+        tuple(steps),
+        where,
+    )
 
 
 def _path(nodes: list, index: int, where: str) -> list[int]:
@@ -118,8 +130,11 @@ def _path(nodes: list, index: int, where: str) -> list[int]:
     path, current = [], index
     while current is not None:
         if not isinstance(current, int) or not 0 <= current < len(nodes) or current in path:
-            raise SourceError(where, f"traces[0].nodes[{path[-1] if path else index}].parent",
-                              f"{current!r} is not a node of this trace (or forms a loop)")  # fmt: skip
+            raise SourceError(
+                where,
+                f"traces[0].nodes[{path[-1] if path else index}].parent",
+                f"{current!r} is not a node of this trace (or forms a loop)",
+            )
         path.append(current)
         current = nodes[current].get("parent")
     return path[::-1]
@@ -133,8 +148,12 @@ def _step(
     token_ids = int_list(node.get("token_ids"), where, f"{field}.token_ids")
     mask = node.get("mask")
     if not token_ids:
-        raise SourceError(where, f"{field}.token_ids", "empty: the run was saved without token ids (an "
-                          "endpoint that returns them is needed, e.g. vLLM or `creditline serve`)")  # fmt: skip
+        raise SourceError(
+            where,
+            f"{field}.token_ids",
+            "empty: the run was saved without token ids (an "
+            "endpoint that returns them is needed, e.g. vLLM or `creditline serve`)",
+        )
     if (
         not isinstance(mask, list)
         or len(mask) != len(token_ids)
@@ -143,8 +162,11 @@ def _step(
         raise SourceError(where, f"{field}.mask", f"expected {len(token_ids)} booleans, one per token id")
     sampled = sum(bool(m) for m in mask)
     if sampled == 0 or not all(mask[len(mask) - sampled :]):
-        raise SourceError(where, f"{field}.mask", "the sampled tokens must be the node's last tokens "
-                          "(scaffold first, then the completion)")  # fmt: skip
+        raise SourceError(
+            where,
+            f"{field}.mask",
+            "the sampled tokens must be the node's last tokens (scaffold first, then the completion)",
+        )
     logprobs = float_list(node.get("logprobs"), where, f"{field}.logprobs")
     if len(logprobs) != sampled:
         raise SourceError(where, f"{field}.logprobs", f"{len(logprobs)} values for {sampled} sampled tokens")
@@ -152,8 +174,12 @@ def _step(
     if node.get("advantages") is not None:
         per_token = float_list(node["advantages"], where, f"{field}.advantages")
         if len(per_token) != sampled:
-            raise SourceError(where, f"{field}.advantages", f"{len(per_token)} values for {sampled} sampled "
-                              "tokens (one per sampled token, the layout of logprobs)")  # fmt: skip
+            raise SourceError(
+                where,
+                f"{field}.advantages",
+                f"{len(per_token)} values for {sampled} sampled "
+                "tokens (one per sampled token, the layout of logprobs)",
+            )
         preset = per_token[0] if len(set(per_token)) == 1 else math.fsum(per_token) / sampled
     path = _path(nodes, index, where)
     context = [
@@ -172,11 +198,16 @@ def _step(
     return ImportedStep(
         observation=observation,
         action=message_text(node.get("message") or {}).removeprefix("assistant: "),
-        prompt_ids=prompt_ids, new_prompt_ids=new_ids,
-        completion_ids=token_ids[len(token_ids) - sampled :], completion_logprobs=logprobs,
-        truncated=truncated, preset_reward=None, preset_advantage=preset, source_ref=f"{line}:{index}",
+        prompt_ids=prompt_ids,
+        new_prompt_ids=new_ids,
+        completion_ids=token_ids[len(token_ids) - sampled :],
+        completion_logprobs=logprobs,
+        truncated=truncated,
+        preset_reward=None,
+        preset_advantage=preset,
+        source_ref=f"{line}:{index}",
         preset_completion_advantages=per_token,
-    )  # fmt: skip
+    )
 
 
 def fill_advantages(path: Path, per_step: dict[str, list[float]]) -> list[str]:
@@ -194,12 +225,18 @@ def fill_advantages(path: Path, per_step: dict[str, list[float]]) -> list[str]:
             values = per_step[ref]
             sampled = sum(bool(m) for m in node.get("mask", []))
             if len(values) != sampled:
-                raise SourceError(f"{path} line {n}", f"traces[0].nodes[{node_index}].advantages",
-                                  f"{len(values)} advantages for {sampled} sampled tokens")  # fmt: skip
+                raise SourceError(
+                    f"{path} line {n}",
+                    f"traces[0].nodes[{node_index}].advantages",
+                    f"{len(values)} advantages for {sampled} sampled tokens",
+                )
             node["advantages"] = [float(v) for v in values]
             used.add(ref)
         out.append(json.dumps(filled, ensure_ascii=False))
     if missing := sorted(set(per_step) - used):
-        raise SourceError(str(path), "source_ref", f"{len(missing)} step(s) name nodes the file does not have, "
-                          f"first {missing[0]!r}")  # fmt: skip
+        raise SourceError(
+            str(path),
+            "source_ref",
+            f"{len(missing)} step(s) name nodes the file does not have, first {missing[0]!r}",
+        )
     return out

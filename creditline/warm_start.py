@@ -78,12 +78,24 @@ def warm_start(
     prompt_format: str,
 ) -> dict[str, float]:
     """Fit `model` in place to demonstrations; return the loss before and after and the rows used."""
-    steps = demonstrations(tokenizer, env_factory, settings.episodes, seed, prompt_format,
-                           getattr(model.config, "max_position_embeddings", None))  # fmt: skip
+    steps = demonstrations(
+        tokenizer,
+        env_factory,
+        settings.episodes,
+        seed,
+        prompt_format,
+        getattr(model.config, "max_position_embeddings", None),
+    )
     zeros = [[0.0] * len(c) for c in steps["completion_ids"]]
     packed = merge_turns(steps.assign(completion_logprobs=zeros, completion_advantages=zeros))
-    batch = pack(packed["prompt_ids"], packed["completion_ids"], packed["completion_logprobs"],
-                 packed["completion_advantages"], tokenizer.pad_token_id, packed["sampled_mask"])  # fmt: skip
+    batch = pack(
+        packed["prompt_ids"],
+        packed["completion_ids"],
+        packed["completion_logprobs"],
+        packed["completion_advantages"],
+        tokenizer.pad_token_id,
+        packed["sampled_mask"],
+    )
     rows = batch.input_ids.shape[0]
     memory = TrainConfig()  # the trainer's micro-batch and log-prob chunk sizes
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)

@@ -6,8 +6,9 @@
     creditline verify [--experiment NAME] [--json]
     creditline register [--experiment NAME] [--config FILE]
     creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
-    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out OUT.parquet
-    creditline export [--experiment NAME] [--round R] --format pr941|prime-rl|verifiers-v1|prime-rl-rollouts
+    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out
+    OUT.parquet creditline export [--experiment NAME] [--round R] --format
+    pr941|prime-rl|verifiers-v1|prime-rl-rollouts
                       [--rubric VERSION] --out FILE.jsonl|DIR
     creditline serve --policy FOLDER | --experiment NAME [--round N] [--engine torch|vllm] [--port P]
 
@@ -74,20 +75,29 @@ def _write_out(write, text: str):
 
 
 def _store(data_root: str) -> LineageStore:
-    """The store `deployed_resources(data_root)["lineage"]` opens (the same object), without Dagster's import."""
+    """The store `deployed_resources(data_root)["lineage"]` opens (the same object), without Dagster's
+    import."""
     deployment = load_deployment()
-    return open_store(data_root, deployment.catalog, deployment.storage_uri,
-                      json.dumps(deployment.storage_options, sort_keys=True))  # fmt: skip
+    return open_store(
+        data_root,
+        deployment.catalog,
+        deployment.storage_uri,
+        json.dumps(deployment.storage_options, sort_keys=True),
+    )
 
 
 def _known_experiment(store: LineageStore, name: str) -> None:
     if not is_postgres(store.path) and not Path(store.path).exists():
-        raise UsageError(f"--experiment {name!r}: no lineage store at {store.path}; "
-                         f"wrong --data-root (or ${DATA_ROOT_ENV})?")  # fmt: skip
+        raise UsageError(
+            f"--experiment {name!r}: no lineage store at {store.path}; "
+            f"wrong --data-root (or ${DATA_ROOT_ENV})?"
+        )
     if store.experiment_config(name) is None:
         known = store.experiments()
-        raise UsageError(f"--experiment {name!r} is not registered in {redact(store.path)}; "
-                         f"registered: {', '.join(known) if known else 'none'}")  # fmt: skip
+        raise UsageError(
+            f"--experiment {name!r} is not registered in {redact(store.path)}; "
+            f"registered: {', '.join(known) if known else 'none'}"
+        )
 
 
 def cmd_run(args) -> int:
@@ -142,23 +152,27 @@ def _run_round(args, instance, store, experiment: str, round_: int, rounds: int)
     wait_for_pools(instance, args.data_root)
     start = time.perf_counter()
     try:
-        result = execute_partition(instance, args.data_root, ROUND_JOB, key,
-                                   tags={EXPERIMENT_TAG: experiment}, debug=args.debug)  # fmt: skip
+        result = execute_partition(
+            instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: experiment}, debug=args.debug
+        )
     except RoundInterrupted:
         close_round_tracking(args.data_root, experiment, round_, "KILLED")
         raise
     if not result.success:
         return _round_failed(args, experiment, round_, result)
     latest = {e.round: e for e in store.evaluations(experiment)}
-    print(f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
-          f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
-          f"{time.perf_counter() - start:5.1f} s", flush=True)  # fmt: skip
+    print(
+        f"round {round_:>3}/{rounds}  success {latest[round_].success_rate:.2f}  "
+        f"(initial {latest[0].success_rate:.2f})  return {latest[round_].mean_return:+.2f}  "
+        f"{time.perf_counter() - start:5.1f} s",
+        flush=True,
+    )
     return 0
 
 
 def _round_failed(args, experiment: str, round_: int, result) -> int:
-    """Say why a round failed: a failed blocking check, or a step failed with an expected error class (a changed
-    input, say), is an expected error (exit 2); anything else a failed round (exit 1)."""
+    """Say why a round failed: a failed blocking check, or a step failed with an expected error class (a
+    changed input, say), is an expected error (exit 2); anything else a failed round (exit 1)."""
     from pipelines.reaper import close_round_tracking
     from pipelines.round_runner import RoundStopped, failure_lines, stopped_by_checks
 
@@ -225,12 +239,16 @@ def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
     if low < 1 or high < low:
         raise UsageError(f"--rounds {text}: need 1 <= A <= B")
     if high > MAX_ROUNDS:
-        raise UsageError(f"--rounds {text}: an experiment has at most {MAX_ROUNDS} rounds "
-                         f"(rounds with rollouts: {_spans(available)})")  # fmt: skip
+        raise UsageError(
+            f"--rounds {text}: an experiment has at most {MAX_ROUNDS} rounds "
+            f"(rounds with rollouts: {_spans(available)})"
+        )
     missing = [r for r in range(low, high + 1) if r not in available]
     if missing:
-        raise UsageError(f"--rounds {text}: rounds {_spans(missing)} have no rollouts recorded "
-                         f"(available: {_spans(available)})")  # fmt: skip
+        raise UsageError(
+            f"--rounds {text}: rounds {_spans(missing)} have no rollouts recorded "
+            f"(available: {_spans(available)})"
+        )
     return list(range(low, high + 1))
 
 
@@ -251,8 +269,10 @@ def cmd_rescore(args) -> int:
     _known_experiment(store, args.experiment)
     known = {r.version for r in rubric_versions(store)} | {r.version for r in RUBRICS.values()}
     if args.rubric not in RUBRICS and args.rubric not in known:
-        raise UsageError(f"--rubric {args.rubric!r} is neither a registered rubric ({', '.join(sorted(RUBRICS))}) "
-                         "nor a recorded rubric version")  # fmt: skip
+        raise UsageError(
+            f"--rubric {args.rubric!r} is neither a registered rubric ({', '.join(sorted(RUBRICS))}) "
+            "nor a recorded rubric version"
+        )
     try:
         version = (RUBRICS[args.rubric] if args.rubric in RUBRICS else rubric_by_version(args.rubric)).version
     except ValueError as exc:  # a version scored once, whose rubric is no longer in code
@@ -266,11 +286,15 @@ def cmd_rescore(args) -> int:
     keys = [dg.MultiPartitionKey({"round": round_key(args.experiment, r), "rubric": version}) for r in rounds]
     url = dagster_client.dagster_url(args.dagster_url)
     if dagster_client.is_running(url):
-        backfill = dagster_client.launch_backfill(url, [str(k) for k in keys],
-                                                  ["rescored_scores", "rescored_advantages"],
-                                                  f"rescore {args.experiment} with {version}")  # fmt: skip
+        backfill = dagster_client.launch_backfill(
+            url,
+            [str(k) for k in keys],
+            ["rescored_scores", "rescored_advantages"],
+            f"rescore {args.experiment} with {version}",
+        )
         print(
-            f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds {_spans(rounds)})"
+            f"launched backfill {backfill} on {url}: "
+            f"{len(keys)} partitions ({version}, rounds {_spans(rounds)})"
         )
         return 0
     for round_, key in zip(rounds, keys, strict=True):
@@ -308,10 +332,19 @@ def cmd_report(args) -> int:
         )
         return 1
     if args.json:
-        rows = [{"round": e.round, "policy": "initial" if e.round == 0 else f"round {e.round}",
-                 "success_rate": e.success_rate, "mean_return": e.mean_return, "mean_steps": e.mean_steps,
-                 "invalid_action_rate": e.invalid_action_rate, "episodes": e.episodes,
-                 "policy_hash": e.policy_hash} for e in evaluations]  # fmt: skip
+        rows = [
+            {
+                "round": e.round,
+                "policy": "initial" if e.round == 0 else f"round {e.round}",
+                "success_rate": e.success_rate,
+                "mean_return": e.mean_return,
+                "mean_steps": e.mean_steps,
+                "invalid_action_rate": e.invalid_action_rate,
+                "episodes": e.episodes,
+                "policy_hash": e.policy_hash,
+            }
+            for e in evaluations
+        ]
         print(json.dumps(rows, indent=2))
     else:
         _print_report(evaluations)
@@ -326,12 +359,17 @@ def cmd_lineage(args) -> int:
     if args.round is not None:  # a round without a checkpoint is a bad argument
         rounds = sorted({a.round for a in store.artifacts(args.experiment, kind="checkpoint")})
         if args.round not in rounds:
-            raise UsageError(f"--round {args.round}: experiment {args.experiment!r} has no checkpoint for it; "
-                             f"rounds with a checkpoint: {_spans(rounds)}")  # fmt: skip
+            raise UsageError(
+                f"--round {args.round}: experiment {args.experiment!r} has no checkpoint for it; "
+                f"rounds with a checkpoint: {_spans(rounds)}"
+            )
     report = lineage_report(store, args.experiment, args.round)
     if report is None:  # --round was checked above: no round has trained a checkpoint yet
-        print(f"experiment {args.experiment!r} has no trained checkpoint yet: no round has run "
-              "(`creditline run` trains round 1)", file=sys.stderr)  # fmt: skip
+        print(
+            f"experiment {args.experiment!r} has no trained checkpoint yet: no round has run "
+            "(`creditline run` trains round 1)",
+            file=sys.stderr,
+        )
         return 1
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.as_text())
     return 0 if report.all_match else 1
@@ -348,8 +386,15 @@ def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> 
     problems = []
     for round_ in round_commits(store, experiment):
         if round_ not in runs:
-            problems.append(Problem("tracking", f"{experiment}/{round_}", "", None,
-                                    f"{experiment}/{round_}: committed without an MLflow run"))  # fmt: skip
+            problems.append(
+                Problem(
+                    "tracking",
+                    f"{experiment}/{round_}",
+                    "",
+                    None,
+                    f"{experiment}/{round_}: committed without an MLflow run",
+                )
+            )
     for round_, run_id in runs.items():
         try:
             status = tracker.status(run_id)
@@ -357,8 +402,15 @@ def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> 
             status = f"unreadable ({type(exc).__name__})"
         which = "the experiment's parent run" if round_ == EXPERIMENT_RUN_ROUND else f"round {round_}'s run"
         if status != "FINISHED":
-            problems.append(Problem("tracking", f"{experiment}/{round_}", run_id, None,
-                                    f"{experiment}: MLflow {which} {run_id[:8]} is {status}, not FINISHED"))  # fmt: skip
+            problems.append(
+                Problem(
+                    "tracking",
+                    f"{experiment}/{round_}",
+                    run_id,
+                    None,
+                    f"{experiment}: MLflow {which} {run_id[:8]} is {status}, not FINISHED",
+                )
+            )
     return problems
 
 
@@ -369,8 +421,16 @@ def _leftover_problems(data_root: str, store: LineageStore) -> list:
     from creditline.store.leases import dead_leases
 
     cleans = "; `creditline run`, `rescore` or `register` cleans it up"
-    problems = [Problem("stale_lease", "", "", None, f"experiment {experiment!r}: lease held by a `creditline run` "
-                        f"that is gone ({holder}){cleans}") for experiment, holder in dead_leases(store)]  # fmt: skip
+    problems = [
+        Problem(
+            "stale_lease",
+            "",
+            "",
+            None,
+            f"experiment {experiment!r}: lease held by a `creditline run` that is gone ({holder}){cleans}",
+        )
+        for experiment, holder in dead_leases(store)
+    ]
     if (Path(data_root) / "dagster_home").is_dir():
         from pipelines.instance import get_instance
         from pipelines.reaper import leftover_problems
@@ -558,8 +618,10 @@ def cmd_export(args) -> int:
             versions = sorted(
                 {a.variant for a in store.artifacts(args.experiment, round_, "rescore_advantages")}
             )
-            raise UsageError(f"--rubric {args.rubric}: round {round_} was not re-scored with it; "
-                             f"re-scored versions: {', '.join(versions) or 'none'}")  # fmt: skip
+            raise UsageError(
+                f"--rubric {args.rubric}: round {round_} was not re-scored with it; "
+                f"re-scored versions: {', '.join(versions) or 'none'}"
+            )
         tables[kind] = read_parquet(record.path)
     config = read_registered(store.experiment_config(args.experiment))
     staged = store.artifact(args.experiment, round_, "source")
@@ -570,24 +632,41 @@ def cmd_export(args) -> int:
         else None
     )
     if args.format in ("verifiers-v1", *FOLDER_FORMATS) and source_format != "v1":
-        raise UsageError(f"--format {args.format}: round {round_} was not imported from verifiers v1 traces "
-                         "(`creditline import verifiers .../traces.jsonl`); use pr941 or prime-rl")  # fmt: skip
+        raise UsageError(
+            f"--format {args.format}: round {round_} was not imported from verifiers v1 traces "
+            "(`creditline import verifiers .../traces.jsonl`); use pr941 or prime-rl"
+        )
     steps, scores, advantages = tables["steps"], tables[scores_kind], tables[advantages_kind]
     if args.format in FOLDER_FORMATS:
         files = export_rollout_files(round_, steps, scores, advantages, source)
         for relative, lines in files.items():
             text = "".join(line + "\n" for line in lines)
-            _write_out(lambda: write_bytes_atomic(text.encode("utf-8"), out / relative), args.out)  # noqa: B023
+            _write_out(
+                lambda: write_bytes_atomic(text.encode("utf-8"), out / relative),  # noqa: B023
+                args.out,
+            )
             print(f"wrote {len(lines)} episodes of {args.experiment} round {round_} to {out / relative}")
         return 0
     system = _chat_system(store, config, round_) if args.format == "pr941" and source is None else None
-    lines = export_lines(args.format, args.experiment, round_, steps, scores, advantages,
-                         config.rollouts.temperature, source, source_format=source_format or "v1",
-                         env_name=config.env.name, system=system)  # fmt: skip
+    lines = export_lines(
+        args.format,
+        args.experiment,
+        round_,
+        steps,
+        scores,
+        advantages,
+        config.rollouts.temperature,
+        source,
+        source_format=source_format or "v1",
+        env_name=config.env.name,
+        system=system,
+    )
     text = "".join(line + "\n" for line in lines)
     digest = _write_out(lambda: write_bytes_atomic(text.encode("utf-8"), out), args.out)
-    print(f"wrote {text.count(chr(10))} {args.format} lines of {args.experiment} round {round_} to {args.out} "
-          f"(sha256 {digest[:12]})")  # fmt: skip
+    print(
+        f"wrote {text.count(chr(10))} {args.format} lines of {args.experiment} round {round_} to {args.out} "
+        f"(sha256 {digest[:12]})"
+    )
     return 0
 
 
@@ -641,8 +720,11 @@ def cmd_import(args) -> int:
         if staged is None or staged.meta.get("files") != source.describe()["files"]:
             folder = lineage.round_dir(config.name, round_) / "source"
             staged = record_source(store, source, folder, config.name, round_)
-        print(f"importing {len(source.rollouts)} {source.format} rollouts from {source.rollouts_file} as "
-              f"{config.name} round {round_} (source {staged.content_hash[:12]})", flush=True)  # fmt: skip
+        print(
+            f"importing {len(source.rollouts)} {source.format} rollouts from {source.rollouts_file} as "
+            f"{config.name} round {round_} (source {staged.content_hash[:12]})",
+            flush=True,
+        )
         failed = _run_round(args, instance, store, config.name, round_, config.rounds)
     if not failed:
         _print_report(store.evaluations(config.name))
@@ -664,16 +746,25 @@ def _import_target(store: LineageStore, config, source):
     committed = round_commits(store, config.name)
     round_ = next(r for r in range(1, len(committed) + 2) if r not in committed)
     if round_ > config.rounds:
-        raise UsageError(f"experiment {config.name!r} has run all {config.rounds} rounds of its config; "
-                         "raise `rounds` in its --config to import another")  # fmt: skip
+        raise UsageError(
+            f"experiment {config.name!r} has run all {config.rounds} rounds of its config; "
+            "raise `rounds` in its --config to import another"
+        )
     staged = store.artifact(config.name, round_, "source")
     if staged is None and store.artifact(config.name, round_, "steps") is not None:
-        raise UsageError(f"round {round_} of {config.name!r} has generated rollouts already; "
-                         "finish it with `creditline run` first")  # fmt: skip
-    if (staged is not None and staged.meta.get("files") != source.describe()["files"]
-            and store.artifact(config.name, round_, "episodes") is not None):  # fmt: skip
-        raise UsageError(f"round {round_} of {config.name!r} was imported from other files "
-                         f"({staged.meta.get('files', [{}])[0].get('name')}); finish it with `creditline run`")  # fmt: skip
+        raise UsageError(
+            f"round {round_} of {config.name!r} has generated rollouts already; "
+            "finish it with `creditline run` first"
+        )
+    if (
+        staged is not None
+        and staged.meta.get("files") != source.describe()["files"]
+        and store.artifact(config.name, round_, "episodes") is not None
+    ):
+        raise UsageError(
+            f"round {round_} of {config.name!r} was imported from other files "
+            f"({staged.meta.get('files', [{}])[0].get('name')}); finish it with `creditline run`"
+        )
     return round_, staged
 
 
@@ -735,11 +826,17 @@ def build_parser() -> argparse.ArgumentParser:
     rescore.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     rescore.add_argument("--rubric", required=True, help="a registered rubric name or version")
     rescore.add_argument("--rounds", default=None, help="A..B (default: every round with rollouts)")
-    rescore.add_argument("--dagster-url", default=None, help="a running webserver (default $CREDITLINE_DAGSTER_URL "
-                         "or http://127.0.0.1:3000); in-process when none answers")  # fmt: skip
-    for name, func, help_ in [("report", cmd_report, "evaluation per round"),
-                              ("lineage", cmd_lineage, "the chain behind a round's checkpoint"),
-                              ("verify", cmd_verify, "re-hash every artifact, check edges, rounds and tracking")]:  # fmt: skip
+    rescore.add_argument(
+        "--dagster-url",
+        default=None,
+        help="a running webserver (default $CREDITLINE_DAGSTER_URL "
+        "or http://127.0.0.1:3000); in-process when none answers",
+    )
+    for name, func, help_ in [
+        ("report", cmd_report, "evaluation per round"),
+        ("lineage", cmd_lineage, "the chain behind a round's checkpoint"),
+        ("verify", cmd_verify, "re-hash every artifact, check edges, rounds and tracking"),
+    ]:
         p = add(name, func, help_)
         p.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
         p.add_argument("--json", action="store_true")
@@ -773,22 +870,36 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--format", required=True, choices=["pr941", "prime-rl", "verifiers-v1", "prime-rl-rollouts"]
     )
-    export.add_argument("--rubric", default=None, help="a rubric name or version the round was re-scored with "
-                        "(default: the round's own scores)")  # fmt: skip
-    export.add_argument("--out", required=True, help="JSON lines file (written atomically); prime-rl-rollouts: "
-                        "a folder (created if its parent exists)")  # fmt: skip
+    export.add_argument(
+        "--rubric",
+        default=None,
+        help="a rubric name or version the round was re-scored with (default: the round's own scores)",
+    )
+    export.add_argument(
+        "--out",
+        required=True,
+        help="JSON lines file (written atomically); prime-rl-rollouts: "
+        "a folder (created if its parent exists)",
+    )
     serve_ = add("serve", cmd_serve, "serve a checkpoint to OpenAI/vLLM clients (verifiers) over HTTP")
     serve_.add_argument("--policy", default=None, help="a HF checkpoint folder")
     serve_.add_argument(
         "--experiment", default=None, help="serve a round's checkpoint from the lineage store"
     )
-    serve_.add_argument("--round", type=int, default=None, help="with --experiment: 0 is the initial policy "
-                        "(default: the newest checkpoint)")  # fmt: skip
+    serve_.add_argument(
+        "--round",
+        type=int,
+        default=None,
+        help="with --experiment: 0 is the initial policy (default: the newest checkpoint)",
+    )
     serve_.add_argument("--engine", default="torch", choices=["torch", "vllm"])
     serve_.add_argument("--host", default="127.0.0.1")
     serve_.add_argument("--port", type=int, default=8000, help="0: any free port (printed when ready)")
-    serve_.add_argument("--model-name", default=None, help="the name clients ask for (default: --policy as given, "
-                        "or EXPERIMENT/round-N)")  # fmt: skip
+    serve_.add_argument(
+        "--model-name",
+        default=None,
+        help="the name clients ask for (default: --policy as given, or EXPERIMENT/round-N)",
+    )
     serve_.add_argument(
         "--seed", type=int, default=0, help="seeds requests that name no seed, with a counter"
     )
@@ -862,8 +973,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         first = (str(exc).splitlines() or [""])[0]
-        print(f"error: {type(exc).__name__}: {first} (unexpected: run again with --debug for the traceback)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {type(exc).__name__}: {first} (unexpected: run again with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -45,5 +45,10 @@ def in_window(expression: str | None, now: datetime) -> bool:
     if not expression:
         return True
     minute, hour, day, month, weekday = parse_window(expression)
-    return (now.minute in minute and now.hour in hour and now.day in day and now.month in month
-            and (now.weekday() + 1) % 7 in weekday)  # fmt: skip
+    return (
+        now.minute in minute
+        and now.hour in hour
+        and now.day in day
+        and now.month in month
+        and (now.weekday() + 1) % 7 in weekday
+    )

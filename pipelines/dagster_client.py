@@ -53,8 +53,11 @@ def graphql(url: str, query: str, variables: dict | None = None, timeout_s: floa
 
 def launch_backfill(url: str, partition_names: list[str], asset_paths: list[str], title: str) -> str:
     """Launch an asset backfill over `partition_names`; return its id."""
-    params = {"partitionNames": partition_names, "assetSelection": [{"path": [p]} for p in asset_paths],
-              "title": title}  # fmt: skip
+    params = {
+        "partitionNames": partition_names,
+        "assetSelection": [{"path": [p]} for p in asset_paths],
+        "title": title,
+    }
     result = graphql(url, LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
     if result["__typename"] != "LaunchBackfillSuccess":
         raise DagsterGraphQLError(f"{result['__typename']}: {result.get('message', '')}")

@@ -44,7 +44,8 @@ def make_definitions(data_root: str | None = None, deployment: Deployment | None
 
 
 def executor_for(settings: DagsterSettings) -> dg.ExecutorDefinition:
-    """The executor a deployment names; Celery's and Kubernetes' come from their own packages, imported only then."""
+    """The executor a deployment names; Celery's and Kubernetes' come from their own packages, imported only
+    then."""
     if settings.executor == "multiprocess":
         # each step forks from a server that has imported the pipeline once (torch, transformers, Dagster,
         # MLflow): ~6 s of imports per step otherwise, 13 steps a round

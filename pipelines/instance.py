@@ -51,7 +51,8 @@ telemetry:
 
 
 def dagster_yaml(settings: DagsterSettings) -> str:
-    """The instance's configuration under a deployment's Dagster settings (Postgres storage when it names one).
+    """The instance's configuration under a deployment's Dagster settings (Postgres storage when it names
+    one).
 
     dagster-postgres is written for psycopg2, while SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3:
     the URL names the driver.
@@ -117,14 +118,17 @@ def repair_schema_stamps(home: Path) -> list[str]:
             head = _head_revision()
             if head not in stamps:
                 raise InstanceDamagedError(
-                    f"Dagster storage {path} carries {len(stamps)} schema stamps ({', '.join(stamps)}), none of "
-                    f"them the installed Dagster's {head}; move {home} aside and start again (runs recorded "
-                    "there are lost to the UI; the lineage catalog and MLflow keep every round)"
+                    f"Dagster storage {path} carries {len(stamps)} schema stamps ({', '.join(stamps)}), "
+                    f"none of them the installed Dagster's {head}; move {home} aside and start again "
+                    "(runs recorded there are lost to the UI; "
+                    "the lineage catalog and MLflow keep every round)"
                 )
             with con:
                 con.execute("DELETE FROM alembic_version WHERE version_num <> ?", [head])
-            lines.append(f"repaired {path}: two first starts had stamped it twice ({', '.join(stamps)}); "
-                         f"kept {head}, the revision its tables were created at")  # fmt: skip
+            lines.append(
+                f"repaired {path}: two first starts had stamped it twice ({', '.join(stamps)}); "
+                f"kept {head}, the revision its tables were created at"
+            )
     return lines
 
 

@@ -1,4 +1,5 @@
-"""Before a command touches anything: every server the deployment names answers, or one line says which does not.
+"""Before a command touches anything: every server the deployment names answers, or one line says which does
+not.
 
 A store that is down would otherwise surface minutes later as a traceback from deep inside Dagster, DuckDB
 or MLflow, after part of a round had been written. Each check is one short connection with a timeout.
@@ -19,15 +20,19 @@ class StoreUnreachable(ConnectionError):
 
     def __init__(self, deployment: Deployment, setting: str, uri: str, reason: str) -> None:
         super().__init__(
-            f"deployment {deployment.source}: {setting} {redact(uri)} is unreachable: {reason.strip().splitlines()[0]}"
+            f"deployment {deployment.source}: {setting} {redact(uri)} is unreachable: "
+            f"{reason.strip().splitlines()[0]}"
         )
 
 
 def check_reachable(deployment: Deployment, generation: bool = True) -> None:
-    """Raise `StoreUnreachable` for the first server of `deployment` that does not answer (none: local profile);
-    the generation replicas only with `generation` (commands that generate: a replica down does not stop `verify`)."""
-    for setting, uri in (("[dagster] postgres_url", deployment.dagster.postgres_url),
-                         ("[lineage] catalog", deployment.catalog)):  # fmt: skip
+    """Raise `StoreUnreachable` for the first server of `deployment` that does not answer (none: local
+    profile); the generation replicas only with `generation` (commands that generate: a replica down does not
+    stop `verify`)."""
+    for setting, uri in (
+        ("[dagster] postgres_url", deployment.dagster.postgres_url),
+        ("[lineage] catalog", deployment.catalog),
+    ):
         if uri:
             _postgres(deployment, setting, uri)
     if deployment.tracking_uri.startswith(("http://", "https://")):
@@ -39,8 +44,8 @@ def check_reachable(deployment: Deployment, generation: bool = True) -> None:
 
 
 def _endpoint(deployment: Deployment, url: str) -> None:
-    """A generation replica answers `/v1/models` (vLLM's and `creditline serve`'s model list), reached directly
-    as the engine reaches it, never through an HTTP proxy named in the environment."""
+    """A generation replica answers `/v1/models` (vLLM's and `creditline serve`'s model list), reached
+    directly as the engine reaches it, never through an HTTP proxy named in the environment."""
     models = f"{url.rstrip('/').removesuffix('/v1')}/v1/models"
     _http_get(deployment, "[generation] endpoints", url, models, proxies={})
 
@@ -71,16 +76,18 @@ def _http_get(deployment: Deployment, setting: str, uri: str, url: str, proxies:
 
 
 def _storage(deployment: Deployment) -> None:
-    """Look the storage prefix up in a daemon thread with a deadline: an S3 client retries an endpoint that does
-    not answer for much longer than a person waits, and a daemon thread never keeps the process alive."""
+    """Look the storage prefix up in a daemon thread with a deadline: an S3 client retries an endpoint that
+    does not answer for much longer than a person waits, and a daemon thread never keeps the process alive."""
     import threading
 
     from creditline.store.objects import ObjectStore
 
     options = dict(deployment.storage_options)
     if deployment.storage_uri.startswith("s3://"):  # one quick try, not botocore's retries with backoff
-        options.setdefault("config_kwargs", {"connect_timeout": TIMEOUT_S, "read_timeout": TIMEOUT_S,
-                                             "retries": {"max_attempts": 1}})  # fmt: skip
+        options.setdefault(
+            "config_kwargs",
+            {"connect_timeout": TIMEOUT_S, "read_timeout": TIMEOUT_S, "retries": {"max_attempts": 1}},
+        )
     objects = ObjectStore(deployment.storage_uri, "", options)
     outcome: list[BaseException | None] = []
 

@@ -74,8 +74,11 @@ def reap_dead_runs(instance: dg.DagsterInstance, data_root: str | None = None) -
 
 def _slot_holders(instance: dg.DagsterInstance) -> list[tuple[str, str, dg.DagsterRun | None]]:
     """(pool, run id, run) for every claimed slot of our pools (an unconfigured pool has none)."""
-    return [(pool, run_id, instance.get_run_by_id(run_id)) for pool in POOLS
-            for run_id in sorted(instance.event_log_storage.get_concurrency_info(pool).active_run_ids)]  # fmt: skip
+    return [
+        (pool, run_id, instance.get_run_by_id(run_id))
+        for pool in POOLS
+        for run_id in sorted(instance.event_log_storage.get_concurrency_info(pool).active_run_ids)
+    ]
 
 
 def free_stale_slots(instance: dg.DagsterInstance) -> list[str]:
@@ -113,8 +116,10 @@ def waits_for_slot(instance: dg.DagsterInstance, process: str) -> bool:
 
 def pool_holders(instance: dg.DagsterInstance) -> list[str]:
     """Who holds each pool's slots now, for a person waiting on them."""
-    return [f"pool {pool!r} is held by " + (describe_run(run) if run else f"run {run_id[:8]}")
-            for pool, run_id, run in _slot_holders(instance)]  # fmt: skip
+    return [
+        f"pool {pool!r} is held by " + (describe_run(run) if run else f"run {run_id[:8]}")
+        for pool, run_id, run in _slot_holders(instance)
+    ]
 
 
 def close_round_tracking(data_root: str, experiment: str, round_: int, status: str) -> list[str]:

@@ -34,8 +34,8 @@ def round_job_def(data_root: str, job_name: str):
 
 
 def _reconstructable_job(data_root: str, job_name: str):
-    """The job as a recipe another process can rebuild (`round_job_def(data_root, job_name)`): what Dagster needs
-    to run its steps in other processes (the multiprocess, Celery and Kubernetes executors)."""
+    """The job as a recipe another process can rebuild (`round_job_def(data_root, job_name)`): what Dagster
+    needs to run its steps in other processes (the multiprocess, Celery and Kubernetes executors)."""
     return dg.build_reconstructable_job(
         "pipelines.round_runner", "round_job_def", reconstructable_args=(data_root, job_name)
     )
@@ -71,8 +71,13 @@ def execute_partition(
             job = round_job_def(data_root, job_name)
             tags = {**tags, **job.get_tags_for_partition_key(partition_key, None)}  # execute_job's partition
             # no `with`: entering the result would build every resource again, after the run, to load outputs
-            result = dg.execute_job(_reconstructable_job(data_root, job_name), instance, run_config=quiet, tags=tags,
-                                    raise_on_error=False)  # fmt: skip
+            result = dg.execute_job(
+                _reconstructable_job(data_root, job_name),
+                instance,
+                run_config=quiet,
+                tags=tags,
+                raise_on_error=False,
+            )
     if seen:
         raise RoundInterrupted(result.run_id)
     return result
@@ -129,7 +134,8 @@ SLOT_POLL_S = 2.0
 
 
 class _WokenToStop(KeyboardInterrupt):
-    """Raised in the main thread by `_watching_pools` when an interrupt came while a step waited for a slot."""
+    """Raised in the main thread by `_watching_pools` when an interrupt came while a step waited for a
+    slot."""
 
 
 def _raise_woken(signum, frame):
@@ -146,8 +152,12 @@ def _watching_pools(data_root: str, interrupts: Interrupts) -> Iterator[None]:
     """
     stop = threading.Event()
     previous = signal.signal(signal.SIGUSR1, _raise_woken)
-    watcher = threading.Thread(target=_watch_slot_waits, name="pool-slot-watch", daemon=True,
-                               args=(data_root, interrupts, stop, threading.main_thread().ident))  # fmt: skip
+    watcher = threading.Thread(
+        target=_watch_slot_waits,
+        name="pool-slot-watch",
+        daemon=True,
+        args=(data_root, interrupts, stop, threading.main_thread().ident),
+    )
     watcher.start()
     try:
         yield
@@ -228,8 +238,10 @@ def refuse_if_in_flight(instance, experiment: str) -> None:
         if not run_is_dead(run):
             from creditline.store.leases import LeaseHeldError
 
-            raise LeaseHeldError(f"experiment {experiment!r} has a round in flight: {describe_run(run)}; "
-                                 "wait for it to finish, or terminate it in the Dagster UI")  # fmt: skip
+            raise LeaseHeldError(
+                f"experiment {experiment!r} has a round in flight: {describe_run(run)}; "
+                "wait for it to finish, or terminate it in the Dagster UI"
+            )
 
 
 class RoundStopped(RuntimeError):
@@ -240,8 +252,8 @@ CHECK_FAILED = "DagsterAssetCheckFailedError"
 
 
 def stopped_by_checks(result, expected: Collection[str] = ()) -> bool:
-    """True when every failed step is a blocking check's stop, or failed with an error whose innermost class is
-    named in `expected` (a changed input, a table breaking its schema): bad data, not a bug."""
+    """True when every failed step is a blocking check's stop, or failed with an error whose innermost class
+    is named in `expected` (a changed input, a table breaking its schema): bad data, not a bug."""
     causes = {_cause(event.event_specific_data.error) for event in result.all_events if event.is_step_failure}
     return bool(causes) and causes <= {CHECK_FAILED, *expected}
 
@@ -252,8 +264,8 @@ def _cause(error) -> str:
 
 
 def failure_lines(result, debug: bool, expected: Collection[str] = ()) -> list[str]:
-    """What stopped a round: failed steps and failed blocking checks, one line each. A step that failed with an
-    `expected` error class says its message alone, as the CLI's `error:` lines do."""
+    """What stopped a round: failed steps and failed blocking checks, one line each. A step that failed with
+    an `expected` error class says its message alone, as the CLI's `error:` lines do."""
     lines = []
     for event in result.all_events:
         if event.is_step_failure:
@@ -268,8 +280,10 @@ def failure_lines(result, debug: bool, expected: Collection[str] = ()) -> list[s
         elif event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.passed:
             data = event.event_specific_data
             problem = data.metadata.get("problem")
-            lines.append(f"check {data.check_name} on {data.asset_key.to_user_string()} failed: "
-                         f"{getattr(problem, 'value', problem)}")  # fmt: skip
+            lines.append(
+                f"check {data.check_name} on {data.asset_key.to_user_string()} failed: "
+                f"{getattr(problem, 'value', problem)}"
+            )
     return lines
 
 
@@ -280,8 +294,8 @@ def _innermost(error):
 
 
 def root_message(error, with_class: bool = True) -> str:
-    """The innermost cause of a Dagster error: what the user's data or code actually said, its class named once
-    (Dagster's message already starts with the qualified class name: `pkg.module.Class: text`)."""
+    """The innermost cause of a Dagster error: what the user's data or code actually said, its class named
+    once (Dagster's message already starts with the qualified class name: `pkg.module.Class: text`)."""
     error = _innermost(error)
     text = error.message.strip().splitlines()[0] if error.message.strip() else ""
     head, sep, rest = text.partition(": ")

@@ -4,12 +4,12 @@ Schedules cannot add dynamic partitions, so a sensor does it. On each tick it fi
 dead runs left (`pipelines.reaper`: runs marked failed, pool slots freed, MLflow runs closed) and
 makes every rubric version a partition. Before it requests an experiment's round it clears the temp
 files and folders that dead writers left under the experiment's folder (`remove_orphans`: a worker
-killed mid-write leaves one, and `verify` would report it for ever). Then, for each experiment in the lineage store: unless a
-`creditline run` holds the experiment's lease or a round of it is in flight, it requests the first
-round without a commit point, up to the config's `rounds`, adding its partition. A round whose last
+killed mid-write leaves one, and `verify` would report it for ever). Then, for each experiment in the lineage
+store: unless a `creditline run` holds the experiment's lease or a round of it is in flight, it requests the
+first round without a commit point, up to the config's `rounds`, adding its partition. A round whose last
 run was killed (reaped) is requested again, up to MAX_ATTEMPTS; a round that failed for another
-reason (a step failed) waits for a person. The run key is the partition key (plus the attempt), so a repeated tick
-never launches the same attempt twice. An optional cron window (UTC) limits when rounds may start.
+reason (a step failed) waits for a person. The run key is the partition key (plus the attempt), so a repeated
+tick never launches the same attempt twice. An optional cron window (UTC) limits when rounds may start.
 """
 
 from __future__ import annotations
@@ -56,8 +56,10 @@ def _next_request(instance: dg.DagsterInstance, experiment: str, round_: int) ->
     attempt = len(runs) + 1
     if runs and runs[0].status == dg.DagsterRunStatus.FAILURE:
         if not _was_killed(instance, runs[0]):
-            return (f"{experiment}: round {round_} failed (dagster run {runs[0].run_id[:8]}); "
-                    "fix the cause, then re-execute it or `creditline run`")  # fmt: skip
+            return (
+                f"{experiment}: round {round_} failed (dagster run {runs[0].run_id[:8]}); "
+                "fix the cause, then re-execute it or `creditline run`"
+            )
         if attempt > MAX_ATTEMPTS:
             return f"{experiment}: round {round_} was killed {len(runs)} times; re-run it by hand"
     run_key = key if attempt == 1 else f"{key}/attempt-{attempt}"
@@ -86,13 +88,19 @@ def next_rounds(
             waiting.append(request)
         else:
             requests.append(request)
-            cleaned += [f"removed {o.path}: left by a writer that died ({o.reason})"
-                        for o in remove_orphans(Path(lineage.data_root) / experiment)]  # fmt: skip
+            cleaned += [
+                f"removed {o.path}: left by a writer that died ({o.reason})"
+                for o in remove_orphans(Path(lineage.data_root) / experiment)
+            ]
     return requests, waiting, cleaned
 
 
-@dg.sensor(job_name="round", minimum_interval_seconds=10, default_status=dg.DefaultSensorStatus.STOPPED,
-           description="Requests each experiment's next uncommitted round; reclaims dead runs first.")  # fmt: skip
+@dg.sensor(
+    job_name="round",
+    minimum_interval_seconds=10,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Requests each experiment's next uncommitted round; reclaims dead runs first.",
+)
 def round_sensor(context: dg.SensorEvaluationContext, lineage: LineageResource):
     window = os.environ.get(WINDOW_ENV)
     if not in_window(window, datetime.now(UTC)):
@@ -108,8 +116,10 @@ def round_sensor(context: dg.SensorEvaluationContext, lineage: LineageResource):
     )
 
 
-@dg.run_failure_sensor(default_status=dg.DefaultSensorStatus.RUNNING,
-                       description="Sets the MLflow runs of a failed round FAILED (a failure in the UI, not a kill).")  # fmt: skip
+@dg.run_failure_sensor(
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Sets the MLflow runs of a failed round FAILED (a failure in the UI, not a kill).",
+)
 def round_failure_sensor(context: dg.RunFailureSensorContext, lineage: LineageResource):
     if context.dagster_run.job_name != "round":
         return

@@ -19,7 +19,7 @@ def deployed_resources(data_root: str, deployment: Deployment | None = None) -> 
             catalog=deployment.catalog,
             storage_uri=deployment.storage_uri,
             storage_options_json=json.dumps(deployment.storage_options, sort_keys=True),
-        ),  # fmt: skip
+        ),
         "tracker": TrackerResource(data_root=data_root, tracking_uri=deployment.tracking_uri),
         "engine": EngineResource(
             train_processes=deployment.train_processes,

@@ -36,7 +36,8 @@ class EngineResource(dg.ConfigurableResource):
     """The model name the replicas serve."""
 
     tensor_parallel_size: int = 0
-    """vLLM: GPUs one engine spans on this deployment's machines; 0: the experiment's `rollouts.tensor_parallel_size`."""
+    """vLLM: GPUs one engine spans on this deployment's machines; 0: the experiment's
+    `rollouts.tensor_parallel_size`."""
 
     def vllm_settings(self, settings: RolloutSettings):
         """The experiment's vLLM settings, with this deployment's tensor parallelism where it sets one."""
@@ -48,7 +49,8 @@ class EngineResource(dg.ConfigurableResource):
     def load(
         self, checkpoint: str | Path, settings: RolloutSettings, content_hash: str | None = None
     ) -> Engine:
-        """An engine for `checkpoint`; given its recorded `content_hash`, the process's last engine for it is reused."""
+        """An engine for `checkpoint`; given its recorded `content_hash`, the process's last engine for it is
+        reused."""
         if self.generation_endpoints:
             from creditline.engines.endpoints import EndpointsEngine
 

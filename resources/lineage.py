@@ -4,7 +4,8 @@ Layout under the data root:
 
     <data_root>/lineage.duckdb                         the catalog (creditline.store.LineageStore), unless the
                                                        deployment puts it on Postgres (`catalog`)
-    <data_root>/<experiment>/r000/policy/              the initial policy (built-in, or a copy's path is recorded)
+    <data_root>/<experiment>/r000/policy/              the initial policy (built-in, or a copy's path is
+                                                       recorded)
     <data_root>/<experiment>/rNNN/<table>.parquet      round N's tables
     <data_root>/<experiment>/rNNN/policy/              round N's checkpoint
     <data_root>/<experiment>/rNNN/rescore/<version>/   re-scored tables for another rubric version
@@ -32,9 +33,11 @@ PROCESS_TAG = "creditline/process"
 class LineageResource(dg.ConfigurableResource):
     data_root: str
     catalog: str = ""
-    """A `postgresql://` URI (the server profile's `[lineage] catalog`); empty: `<data_root>/lineage.duckdb`."""
+    """A `postgresql://` URI (the server profile's `[lineage] catalog`); empty:
+    `<data_root>/lineage.duckdb`."""
     storage_uri: str = ""
-    """An fsspec URI every recorded artifact is published under before its record (`[storage] uri`); empty: none."""
+    """An fsspec URI every recorded artifact is published under before its record (`[storage] uri`); empty:
+    none."""
     storage_options_json: str = "{}"
     """The filesystem's options as JSON (`[storage] options`)."""
 

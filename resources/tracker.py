@@ -43,8 +43,8 @@ _CHECKED: set[tuple[str, str]] = set()
 _OPENED: set[str] = set()
 """Embedded tracking stores this process has opened (created, migrated) under the first-start lock."""
 _LOGGED: dict[str, set[str]] = {}
-"""MLflow run id -> the metric keys on it, as this process knows them: a run it created starts empty, any other is
-read once from MLflow (what a killed attempt logged), and every `log` adds its keys."""
+"""MLflow run id -> the metric keys on it, as this process knows them: a run it created starts empty, any
+other is read once from MLflow (what a killed attempt logged), and every `log` adds its keys."""
 
 
 def _flatten(prefix: str, value, out: dict[str, str]) -> dict[str, str]:
@@ -63,16 +63,19 @@ def _now_ms() -> int:
 def _drop_abandoned_migration_tables(path: Path) -> None:
     """Drop the `_alembic_tmp_*` copies a migration killed or beaten by a racing first start left.
 
-    Called under the first-start lock before MLflow opens the store: every migration of the embedded store runs
-    under that lock, so none is in progress and the copies are rubbish (the next migration would trip over them).
+    Called under the first-start lock before MLflow opens the store: every migration of the embedded store
+    runs under that lock, so none is in progress and the copies are rubbish (the next migration would trip
+    over them).
     """
     import sqlite3
 
     if not path.exists():
         return
+    temp_tables = (
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'"
+    )
     with contextlib.closing(sqlite3.connect(path)) as con, con:
-        names = [row[0] for row in con.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]  # fmt: skip
+        names = [row[0] for row in con.execute(temp_tables)]
         for name in names:
             con.execute(f'DROP TABLE "{name}"')
 
@@ -104,10 +107,19 @@ class TrackerResource(dg.ConfigurableResource):
         location = (Path(self.data_root) / "mlflow-artifacts" / experiment).as_uri()
         return client.create_experiment(experiment, artifact_location=location)
 
-    def _find_or_create(self, store: LineageStore, experiment: str, round_: int, recorded: str | None, tag: str,
-                        tags: dict, name: str, params: dict | None) -> str:  # fmt: skip
-        """The run `recorded` for (experiment, round) (recorded once, never changed: first writer wins), else one found
-        by its tags, else a new one; the one recorded."""
+    def _find_or_create(
+        self,
+        store: LineageStore,
+        experiment: str,
+        round_: int,
+        recorded: str | None,
+        tag: str,
+        tags: dict,
+        name: str,
+        params: dict | None,
+    ) -> str:
+        """The run `recorded` for (experiment, round) (recorded once, never changed: first writer wins), else
+        one found by its tags, else a new one; the one recorded."""
         key = (store.path, experiment, round_)
         if recorded is not None:
             _RUN_IDS[key] = recorded
@@ -137,15 +149,23 @@ class TrackerResource(dg.ConfigurableResource):
         """The experiment's parent run (the config as its params), created on first use."""
         key = (store.path, experiment, EXPERIMENT_RUN_ROUND)
         recorded = _RUN_IDS.get(key) or tracking_run_id(store, experiment, EXPERIMENT_RUN_ROUND)
-        return self._find_or_create(store, experiment, EXPERIMENT_RUN_ROUND, recorded, EXPERIMENT_RUN,
-                                    {EXPERIMENT_TAG: experiment}, experiment, config)  # fmt: skip
+        return self._find_or_create(
+            store,
+            experiment,
+            EXPERIMENT_RUN_ROUND,
+            recorded,
+            EXPERIMENT_RUN,
+            {EXPERIMENT_TAG: experiment},
+            experiment,
+            config,
+        )
 
     def round_run(self, store: LineageStore, experiment: str, round_: int, config: dict) -> str:
         """The round's child run, created once; reopened (RUNNING) while an uncommitted round is worked on.
 
-        A committed round's runs stay FINISHED: a re-score logs its comparison to them without reopening. The lineage
-        is read in one session, once a round and process (the recorded run ids, whether the round is committed);
-        MLflow's status only of a run this process did not create or has closed since.
+        A committed round's runs stay FINISHED: a re-score logs its comparison to them without reopening. The
+        lineage is read in one session, once a round and process (the recorded run ids, whether the round is
+        committed); MLflow's status only of a run this process did not create or has closed since.
         """
         rounds = (EXPERIMENT_RUN_ROUND, round_)
         known = {r: _RUN_IDS.get((store.path, experiment, r)) for r in rounds}
@@ -154,11 +174,26 @@ class TrackerResource(dg.ConfigurableResource):
         with store.session():  # the lineage reads only
             recorded = {r: known[r] or tracking_run_id(store, experiment, r) for r in rounds}
             committed = round_ in round_commits(store, experiment)
-        parent = self._find_or_create(store, experiment, EXPERIMENT_RUN_ROUND, recorded[EXPERIMENT_RUN_ROUND],
-                                      EXPERIMENT_RUN, {EXPERIMENT_TAG: experiment}, experiment, config)  # fmt: skip
-        run_id = self._find_or_create(store, experiment, round_, recorded[round_], str(round_),
-                                      {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
-                                      f"{experiment} round {round_}", None)  # fmt: skip
+        parent = self._find_or_create(
+            store,
+            experiment,
+            EXPERIMENT_RUN_ROUND,
+            recorded[EXPERIMENT_RUN_ROUND],
+            EXPERIMENT_RUN,
+            {EXPERIMENT_TAG: experiment},
+            experiment,
+            config,
+        )
+        run_id = self._find_or_create(
+            store,
+            experiment,
+            round_,
+            recorded[round_],
+            str(round_),
+            {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
+            f"{experiment} round {round_}",
+            None,
+        )
         if not committed:
             for rid in (parent, run_id):
                 if (store.path, rid) not in _CHECKED and self.status(rid) != "RUNNING":
@@ -168,10 +203,17 @@ class TrackerResource(dg.ConfigurableResource):
         )  # (re)opened, or the round is committed
         return run_id
 
-    def log(self, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
-            artifacts: list[str] | None = None, step: int = 0, series: dict[str, list[float]] | None = None) -> None:  # fmt: skip
-        """Log metrics (at `step`, stamped now), tags, per-update `series` ({key: values}, step = index) and artifact
-        files to a run: the metrics and tags in one batch (MLflow takes 1,000 metrics a batch)."""
+    def log(
+        self,
+        run_id: str,
+        metrics: dict[str, float] | None = None,
+        tags: dict[str, str] | None = None,
+        artifacts: list[str] | None = None,
+        step: int = 0,
+        series: dict[str, list[float]] | None = None,
+    ) -> None:
+        """Log metrics (at `step`, stamped now), tags, per-update `series` ({key: values}, step = index) and
+        artifact files to a run: the metrics and tags in one batch (MLflow takes 1,000 metrics a batch)."""
         from mlflow.entities import Metric, RunTag
 
         client = self.client()
@@ -191,8 +233,8 @@ class TrackerResource(dg.ConfigurableResource):
             client.log_artifact(run_id, path)
 
     def logged_keys(self, run_id: str) -> set[str]:
-        """Metric keys already on a run (a re-run after a kill does not log them twice): read from MLflow once per
-        process and run, and for a run this process created, never."""
+        """Metric keys already on a run (a re-run after a kill does not log them twice): read from MLflow once
+        per process and run, and for a run this process created, never."""
         if run_id not in _LOGGED:
             _LOGGED[run_id] = set(self.client().get_run(run_id).data.metrics)
         return set(_LOGGED[run_id])
@@ -213,10 +255,10 @@ class TrackerResource(dg.ConfigurableResource):
 
 def check_writable(tracker: TrackerResource) -> None:
     """Refuse an embedded tracking store (`<data_root>/mlflow.db`) that exists but cannot be read or written
-    (truncated, overwritten, read-only) before a round writes anything: otherwise the round would fail only once its
-    rollouts are on disk. A cheap probe: sqlite's `quick_check`, then a write lock taken and released. A store not
-    created yet is fine (MLflow creates it); a tracking server (`tracking_uri`) is not probed here.
-    Raises `TrackingStoreError` naming the file."""
+    (truncated, overwritten, read-only) before a round writes anything: otherwise the round would fail only
+    once its rollouts are on disk. A cheap probe: sqlite's `quick_check`, then a write lock taken and
+    released. A store not created yet is fine (MLflow creates it); a tracking server (`tracking_uri`) is not
+    probed here. Raises `TrackingStoreError` naming the file."""
     import sqlite3
 
     from creditline.store.errors import TrackingStoreError

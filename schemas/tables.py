@@ -234,7 +234,8 @@ class TrainingTable(pa.DataFrameModel):
     reference_kl: Series[float] = pa.Field(ge=0)
     """Mean k3 KL to the reference policy (0 when `kl_coef` is 0)."""
     sampler_kl: Series[float] = pa.Field(ge=0)
-    """The round's sampler/trainer mismatch KL(μ‖π_old) by k3, on the first minibatch; the same in every row."""
+    """The round's sampler/trainer mismatch KL(μ‖π_old) by k3, on the first minibatch; the same in every
+    row."""
 
     class Config:
         strict = True

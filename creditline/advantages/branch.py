@@ -9,21 +9,22 @@ start state s_0. Call these *valued states*; each path is cut at them into segme
     root episode e, branch steps t_1 < … < t_m:   [0, t_1), [t_1, t_2), …, [t_m, end)
     continuation c from (e, t):                    [t, end)      (its step_idx 0 is depth t)
 
-Returns per path, discounted with γ (GiGPO Eq. 5): G_d = Σ_{k ≥ d} γ^{k−d} r_k over the path's own rows.
+Returns per path, discounted with γ (GiGPO Eq. 5): G_d = Σ_{k ≥ d} γ^{k−d} r_k over the path's own
+rows.
 
-``mc_branch`` — Q − V at the valued states (VinePPO, Kazemnejad et al. 2024, arXiv 2410.01679, §4: values by
-Monte-Carlo rollouts from the state instead of a critic). For a row in the segment starting at depth a, in
+``mc_branch`` — Q − V at the valued states (VinePPO, Kazemnejad et al. 2024, arXiv 2410.01679, §4: values
+by Monte-Carlo rollouts from the state instead of a critic). For a row in the segment starting at depth a, in
 valued state s_a:
 
-    V̂(s_a)     = mean of G_a over the paths that chose an action in s_a        (K + 1 samples; G at s_0)
-    Q̂(s_a, a)  = G_a of this path                                              (bootstrap=False)
-               = Σ_{k=a}^{b−1} γ^{k−a} r_k + γ^{b−a} V̂(s_b)                    (bootstrap=True, b: the next
-                                                                                  valued state on the path)
+    V̂(s_a)     = mean of G_a over the paths that chose an action in s_a    (K + 1 samples; G at s_0)
+    Q̂(s_a, a)  = G_a of this path                                          (bootstrap=False)
+               = Σ_{k=a}^{b−1} γ^{k−a} r_k + γ^{b−a} V̂(s_b)                (bootstrap=True, b: the
+                                                                              next valued state on the path)
     A          = Q̂(s_a, a) − V̂(s_a)          on every row of the segment
 
 so a step with no value estimate of its own shares its segment's credit, as every step shares the episode's
-under GRPO. Without branches it is Dr.GRPO with γ-discounted returns (A = G_0 − mean_group G_0); branching at
-every step makes it per-step Q − V.
+under GRPO. Without branches it is Dr.GRPO with γ-discounted returns (A = G_0 − mean_group G_0); branching
+at every step makes it per-step Q − V.
 
 ``spo_tree`` — the tree-structured segment advantage of SPO-tree (Guo et al. 2025, arXiv 2505.23564;
 AIFrameResearch/SPO ``HybridEpisodeGenerator``, its default "rloo" advantage). The segments are the tree's
@@ -33,14 +34,14 @@ value is the path's whole return from s_0 (the source's rewards before the branc
 continuation's own, undiscounted). Values are means of the children's values, recursively, as SPO's code
 does (a mean of means where branches finish early, not a mean over the leaves):
 
-    V(leaf) = its return        V(n) = mean_{c ∈ children(n)} V(c)        V(root) = mean of the G first segments
-    A(n)    = V(n) − V(parent(n))                                           on every row of segment n
-    A(n)    = [V(n) − V(parent(n))] + [V(n) − V(root)]                      (treerl=True)
+    V(leaf) = its return      V(n) = mean_{c ∈ children(n)} V(c)      V(root) = mean of the G first segments
+    A(n)    = V(n) − V(parent(n))                                     on every row of segment n
+    A(n)    = [V(n) − V(parent(n))] + [V(n) − V(root)]                (treerl=True)
 
 ``treerl=True`` adds the global term of TreeRL (Hou et al. 2025, arXiv 2506.11902; THUDM/TreeRL
 ``gather_paths`` with ``use_state_value_reward``, the released recipe), with V(root) subtracted where TreeRL
-centres the leaf rewards (leave-one-out, then a token-weighted mean); TreeRL's 1/√(selected leaves) weighting
-of V and its leaf sub-sampling are not reproduced.
+centres the leaf rewards (leave-one-out, then a token-weighted mean); TreeRL's 1/√(selected leaves)
+weighting of V and its leaf sub-sampling are not reproduced.
 
 Shapes: S step rows, E episodes; all arrays are in the sorted order of :class:`~.table.StepTable`.
 """
@@ -68,8 +69,10 @@ def branch_links(table: StepTable) -> tuple[np.ndarray, np.ndarray]:
     if "branch_of_episode" not in table.extra:
         return source, at
     names = pd.Series(table.extra["branch_of_episode"][table.ep_start], dtype=object)
-    steps = pd.to_numeric(pd.Series(table.extra.get("branch_of_step", np.full(n_episodes, np.nan))[table.ep_start]),
-                          errors="coerce")  # fmt: skip
+    steps = pd.to_numeric(
+        pd.Series(table.extra.get("branch_of_step", np.full(n_episodes, np.nan))[table.ep_start]),
+        errors="coerce",
+    )
     linked = names.notna().to_numpy() & (names.astype(str) != "").to_numpy()
     codes = pd.Index(table.episode_values).get_indexer(names.where(linked, None))
     episode_ids = table.episode_values
@@ -88,7 +91,8 @@ def branch_links(table: StepTable) -> tuple[np.ndarray, np.ndarray]:
         if not (pd.notna(t) and 1 <= int(t) < table.ep_len[src]):
             fail(
                 e,
-                f"has branch_of_step {int(t) if pd.notna(t) else None}; its source has steps 1..{int(table.ep_len[src]) - 1} to branch at",
+                f"has branch_of_step {int(t) if pd.notna(t) else None}; "
+                f"its source has steps 1..{int(table.ep_len[src]) - 1} to branch at",
             )
         if table.ep_group[e] != table.ep_group[src]:
             fail(e, f"is in another group than its source {episode_ids[src]!r}")
@@ -191,8 +195,9 @@ def spo_tree(table: StepTable, conv: Conventions, *, treerl: bool = False) -> np
     roots = np.flatnonzero(source < 0)
     group = table.ep_group[roots]
     first = values.reindex(roots * seg.m).to_numpy()  # V of each root episode's first segment
-    root_value = (np.bincount(group, weights=first, minlength=table.n_groups)
-                  / np.maximum(np.bincount(group, minlength=table.n_groups), 1))  # fmt: skip
+    root_value = np.bincount(group, weights=first, minlength=table.n_groups) / np.maximum(
+        np.bincount(group, minlength=table.n_groups), 1
+    )
     # every row: its node's value and its parent's (the root path's segment ending where the node starts)
     ep = table.episode
     root_of_row = seg.root_episode[ep] * seg.m

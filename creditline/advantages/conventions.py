@@ -118,7 +118,8 @@ VERL_AGENT_WHITEN = dataclasses.replace(VERL_WHITEN, episode_stats="step_rows")
 VERL_AGENT_GIGPO = VERL_AGENT_OUTCOME
 # verl-agent recipe/hgpo/core_hgpo.py: clusters population σ; base group = GiGPO episode adv.
 VERL_AGENT_HGPO = dataclasses.replace(VERL_AGENT_OUTCOME, ddof_step=0, drop_zero_levels=True, weight_eps=1e-6)
-# A²TGPO (IGPO fork @745078b copy): population σ = sqrt(var + 1e-8), then + ε; count ≤ 1 → σ=1, μ=own.
+# A²TGPO (IGPO fork @745078b copy): population σ = sqrt(var + 1e-8), then + ε;
+# count ≤ 1 → σ=1, μ=own.
 IGPO_FORK_A2TGPO = Conventions(
     ddof_episode=0,
     ddof_step=0,

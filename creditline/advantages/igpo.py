@@ -5,13 +5,14 @@ With ℓ_t the policy's mean log-probability of the gold answer's tokens teacher
 (column ``gold_logprob``, computed in the rollouts stage by `creditline.gold_answer`; the prompt of step t
 holds the results of turns < t), per step row t of an episode of T steps:
 
-    info gain     r_t = p(ℓ_{t+1}) − p(ℓ_t)         t < T − 1;  p = exp ("prob_diff", the paper's π(a|q, o≤t))
-                                                                  or the identity ("log_prob_diff", the recipe's)
-    outcome       r_{T−1} = R                        the episode reward (the paper's answer F1)
-    normalise     r̃ = (r − μ) / (σ + ε)              per group: "separate" z-scores the info gains and the
-                                                      outcomes apart, "joint" pools them; population σ
-                                                      = sqrt(var + 1e-8), ε = 1e-6, a singleton → 0
-    accumulate    A_t = r̃_t + γ · A_{t+1}           (turn-level discounted sum, γ = 1 in the recipe)
+    info gain     r_t = p(ℓ_{t+1}) − p(ℓ_t)      t < T − 1;  p = exp ("prob_diff", the paper's
+                                                 π(a|q, o≤t)) or the identity ("log_prob_diff",
+                                                 the recipe's)
+    outcome       r_{T−1} = R                    the episode reward (the paper's answer F1)
+    normalise     r̃ = (r − μ) / (σ + ε)          per group: "separate" z-scores the info gains and the
+                                                 outcomes apart, "joint" pools them; population σ
+                                                 = sqrt(var + 1e-8), ε = 1e-6, a singleton → 0
+    accumulate    A_t = r̃_t + γ · A_{t+1}        (turn-level discounted sum, γ = 1 in the recipe)
 
 This is the code of the IGPO fork at 745078b (``compute_grpo_outcome_advantage`` with
 ``info_gain_norm_mode`` and ``gamma``; its recipe: ``log_prob_diff``, ``separate``, γ = 1), as the shared
@@ -49,8 +50,13 @@ def igpo(
         raise ValueError(f"unknown info_gain {info_gain!r}; valid: {list(INFO_GAINS)}")
     if normalize not in NORMALISATIONS:
         raise ValueError(f"unknown normalize {normalize!r}; valid: {list(NORMALISATIONS)}")
-    gold = extra_column(table, GOLD_COLUMN, "igpo", "the policy's log-probability of the task's gold answer at "
-                        "every step, which the rollouts stage records for an environment with gold_answer()")  # fmt: skip
+    gold = extra_column(
+        table,
+        GOLD_COLUMN,
+        "igpo",
+        "the policy's log-probability of the task's gold answer at "
+        "every step, which the rollouts stage records for an environment with gold_answer()",
+    )
     belief = np.exp(gold) if info_gain == "prob_diff" else gold
     last = np.zeros(table.n_rows, dtype=bool)
     last[table.ep_start + table.ep_len - 1] = True  # (S,) an episode's final turn
@@ -60,6 +66,7 @@ def igpo(
     reward = np.where(last, table.episode_reward, gain)  # (S,)
     # groups: (group, kind) for "separate", the group for "joint"
     codes = table.group * 2 + last if normalize == "separate" else table.group.copy()
-    normalised = group_zscore(reward, codes, table.n_groups * 2, ddof=0, eps_sigma=1e-6, eps_var=1e-8,
-                              singleton="zero")  # fmt: skip
+    normalised = group_zscore(
+        reward, codes, table.n_groups * 2, ddof=0, eps_sigma=1e-6, eps_var=1e-8, singleton="zero"
+    )
     return discounted_suffix_sum(normalised, table.ep_start, table.ep_len, float(gamma))

@@ -1,31 +1,36 @@
-"""Advantages from a learned step-reward model's values v_t (column ``model_reward``; `creditline.reward_model`
-trains the model each round and writes the column).
+"""Advantages from a learned step-reward model's values v_t (column ``model_reward``;
+`creditline.reward_model` trains the model each round and writes the column).
 
 ``prime`` — PRIME (Cui et al. 2025, arXiv 2502.01456), as verl's ``recipe/prime`` @246cac4
 ``compute_rloo_advantage_return`` computes it. v_t is the implicit process reward of step t
-(β Σ log π_φ/π_ref over its tokens, `creditline.implicit_prm`), R the episode reward; per group of n episodes:
+(β Σ log π_φ/π_ref over its tokens, `creditline.implicit_prm`), R the episode reward; per group of n
+episodes:
 
-    process   r̂_t = v_t · n/(n−1) − (1/(n−1)) Σ_j m_j        m_j = mean_t v_{j,t}  (verl's masked_rloo)
-    outcome   ô   = R · n/(n−1) − (1/(n−1)) Σ_j R_j = R − mean_{j≠i} R_j       on the episode's last step
-    return    G_t = Σ_{k≥t} (c_p · r̂_k + c_o · ô · [k = T−1])                 γ = 1
-    advantage A_t = (G_t − mean G) / sqrt(var G + 1e-8)                        over the whole round, unbiased var
+    process   r̂_t = v_t · n/(n−1) − (1/(n−1)) Σ_j m_j             m_j = mean_t v_{j,t}
+                                                                  (verl's masked_rloo)
+    outcome   ô   = R · n/(n−1) − (1/(n−1)) Σ_j R_j               on the episode's last step
+                  = R − mean_{j≠i} R_j
+    return    G_t = Σ_{k≥t} (c_p · r̂_k + c_o · ô · [k = T−1])     γ = 1
+    advantage A_t = (G_t − mean G) / sqrt(var G + 1e-8)           over the whole round, unbiased var
 
-with c_p = ``process_coef`` and c_o = ``outcome_coef`` (reward_dpo_coef, reward_gt_coef = 5, 5). A group of one
-episode has no leave-one-out baseline: its r̂ and ô are 0. Differences: PRIME's unit is the token (r̂ per token,
-m_j the mean over tokens, the whitening over tokens); here it is the step, a step's tokens summed into v_t, so
-for a single-step episode A is PRIME's advantage at the first token, up to the whitening's weights.
+with c_p = ``process_coef`` and c_o = ``outcome_coef`` (reward_dpo_coef, reward_gt_coef = 5, 5). A group of
+one episode has no leave-one-out baseline: its r̂ and ô are 0. Differences: PRIME's unit is the token (r̂
+per token, m_j the mean over tokens, the whitening over tokens); here it is the step, a step's tokens summed
+into v_t, so for a single-step episode A is PRIME's advantage at the first token, up to the whitening's
+weights.
 
-``spa`` — SPA-RL (Wang et al. 2025, arXiv 2505.20732). v_t = ĉ_t is the progress estimator's contribution of
-step t (`creditline.progress_model`), the step's dense reward (SPA-RL Eq. 8 without its grounding term:
+``spa`` — SPA-RL (Wang et al. 2025, arXiv 2505.20732). v_t = ĉ_t is the progress estimator's contribution
+of step t (`creditline.progress_model`), the step's dense reward (SPA-RL Eq. 8 without its grounding term:
 our environments do not report whether an action took effect):
 
     return    G_t = Σ_{k≥t} γ^{k−t} ĉ_k
     advantage A_t = (G_t − mean G) / sqrt(var G + 1e-8)                        over the whole round
 
 SPA-RL trains these rewards with PPO (a value head, GAE γ = 0.99, λ = 0.95, whitened advantages); creditline
-has no critic, so the return is used with the round's mean as its baseline (GAE with V ≡ 0 is this return with
-γλ in place of γ). Note: SPA-RL's released WebShop script replaces the predicted ĉ_t with one constant per
-trajectory (its reward minus the leave-one-out mean) before RL (``prm/rl_data_org.py``); this follows the paper.
+has no critic, so the return is used with the round's mean as its baseline (GAE with V ≡ 0 is this return
+with γλ in place of γ). Note: SPA-RL's released WebShop script replaces the predicted ĉ_t with one
+constant per trajectory (its reward minus the leave-one-out mean) before RL (``prm/rl_data_org.py``); this
+follows the paper.
 """
 
 from __future__ import annotations
@@ -75,10 +80,15 @@ def spa(table: StepTable, conv: Conventions, *, gamma: float = 0.99) -> np.ndarr
 
 def model_values(table: StepTable, estimator: str) -> np.ndarray:
     """The sorted `model_reward` column (S,), checked present, numeric and finite."""
-    return extra_column(table, MODEL_REWARD_COLUMN, estimator, "the step-reward model's value of every step, "
-                        "which the round's reward_model stage writes")  # fmt: skip
+    return extra_column(
+        table,
+        MODEL_REWARD_COLUMN,
+        estimator,
+        "the step-reward model's value of every step, which the round's reward_model stage writes",
+    )
 
 
 def whiten(x: np.ndarray) -> np.ndarray:
-    """(x − mean) / sqrt(var + 1e-8) over all step rows, var unbiased (verl's masked_whiten, rows for tokens)."""
+    """(x − mean) / sqrt(var + 1e-8) over all step rows, var unbiased (verl's masked_whiten, rows for
+    tokens)."""
     return weighted_whiten(x, np.ones(len(x)), eps_var=WHITEN_EPS)

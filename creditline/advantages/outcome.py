@@ -5,7 +5,8 @@ its group (group_id):
 
 * GRPO (Shao et al. 2024, arXiv 2402.03300, §4.1.2):  A_i = (r_i − μ_g) / (σ_g + ε)
 * Dr.GRPO (Liu et al. 2025, arXiv 2503.20783):        A_i = r_i − μ_g       (``norm_by_std=False``)
-* RLOO (Ahmadian et al. 2024, arXiv 2402.14740):       A_i = r_i − mean_{j≠i} r_j = n/(n−1)·(r_i − μ_g)
+* RLOO (Ahmadian et al. 2024, arXiv 2402.14740):       A_i = r_i − mean_{j≠i} r_j
+                                                           = n/(n−1)·(r_i − μ_g)
 * REINFORCE++-baseline (Hu 2025, arXiv 2501.03262):    a_i = r_i − μ_g, then batch whitening over
   tokens: A = (a − m)/sqrt(v + 1e-8), m, v = token-weighted mean and (Bessel-corrected) variance
   (verl ``masked_whiten``, including ``masked_mean``'s Σmask + 1e-8; see the function).
@@ -102,5 +103,11 @@ def reinforce_pp_baseline(table: StepTable, conv: Conventions) -> np.ndarray:
         if table.completion_length is None
         else table.completion_length.astype(np.float64)
     )  # (S,)
-    return weighted_whiten(centred, tokens, eps_var=conv.eps_var, ddof=conv.ddof_episode,
-                           eps_count=conv.eps_var, eps_sigma=conv.eps_sigma)  # fmt: skip
+    return weighted_whiten(
+        centred,
+        tokens,
+        eps_var=conv.eps_var,
+        ddof=conv.ddof_episode,
+        eps_count=conv.eps_var,
+        eps_sigma=conv.eps_sigma,
+    )

@@ -82,7 +82,9 @@ def weighted_whiten(
 ) -> np.ndarray:
     """Batch whitening of all rows, row r counted weights[r] times (its tokens): verl's ``masked_whiten``.
 
-        N = Σ w,  m = Σ w·x / (N + eps_count),  v = Σ w·(x − m)² / (N + eps_count) · N / max(N − ddof, 1)
+        N = Σ w
+        m = Σ w·x / (N + eps_count)
+        v = Σ w·(x − m)² / (N + eps_count) · N / max(N − ddof, 1)
         a = (x − m) / (sqrt(v + eps_var) + eps_sigma)
 
     (verl's ``masked_mean`` divides by Σmask + 1e-8: eps_count = 1e-8 there.) No weight at all → zeros.

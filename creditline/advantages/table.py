@@ -155,8 +155,12 @@ def _require_numbers(values: np.ndarray, name: str, what: str, ids: IdsFn | None
     row = _first_non_number(values) if values.dtype.kind in "OUS" else 0
     if row is None:  # an object column holding only numbers: fine
         return
-    _fail(f"must be {what}, got {_show(values[row])} (column dtype {values.dtype})", name, row,
-          ids(row) if ids else None)  # fmt: skip
+    _fail(
+        f"must be {what}, got {_show(values[row])} (column dtype {values.dtype})",
+        name,
+        row,
+        ids(row) if ids else None,
+    )
 
 
 def _as_int(values: np.ndarray, name: str, ids: IdsFn | None = None) -> np.ndarray:
@@ -196,7 +200,8 @@ def _read_columns(steps: Any, required: tuple[str, ...], code_anchors: bool = Tr
     missing = [c for c in required if c not in present]
     if missing:
         raise AdvantageInputError(
-            f"missing column(s) {missing}; required columns are {list(required)}, got {sorted(map(str, present))}"
+            f"missing column(s) {missing}; "
+            f"required columns are {list(required)}, got {sorted(map(str, present))}"
         )
     cols: dict[str, Any] = {"group_id": None, "anchor_key": None, "episode_reward": None, LENGTH_COLUMN: None}
     ep_codes, ep_values = cols["episode_id"] = _factorize(
@@ -298,13 +303,15 @@ def with_extra_columns(table: StepTable, steps: Any, names: tuple[str, ...]) -> 
 
 def extra_column(table: StepTable, name: str, estimator: str, needs: str) -> np.ndarray:
     """The extra column ``name`` (S,) float64 in sorted row order, refused by name when the input lacks it
-    (``estimator`` "needs" it: what it is and where it comes from), holds a non-number, or a NaN or infinity."""
+    (``estimator`` "needs" it: what it is and where it comes from), holds a non-number, or a NaN or
+    infinity."""
     if name not in table.extra:
         raise AdvantageInputError(f"column {name!r}: estimator {estimator!r} needs {needs}")
     values = table.extra[name]
     if values.dtype.kind not in "iuf" and (r := _first_non_number(values)) is not None:
         raise AdvantageInputError(
-            f"column {name!r}: must be numbers, got {_show(values[r])} (example: input row {int(table.order[r])})"
+            f"column {name!r}: must be numbers, got {_show(values[r])} "
+            f"(example: input row {int(table.order[r])})"
         )
     values = values.astype(np.float64)
     if not np.isfinite(values).all():
@@ -371,8 +378,12 @@ def _group_codes(
     spread = rows != firsts[ep]
     if spread.any():
         r = int(np.flatnonzero(spread)[0])
-        _fail("episode spread over two group_ids", "group_id", int(order[r]),
-              {**ids(r), "group_id": rows[r], "first_step_group_id": firsts[ep[r]]})  # fmt: skip
+        _fail(
+            "episode spread over two group_ids",
+            "group_id",
+            int(order[r]),
+            {**ids(r), "group_id": rows[r], "first_step_group_id": firsts[ep[r]]},
+        )
     return codes, np.asarray(uniques, dtype=object)
 
 

@@ -3,7 +3,8 @@
 Both normalise a per-turn quantity within the (group_id, step_idx) group — all episodes of a
 prompt group at the same turn index — and add an outcome (episode) advantage.
 
-``variant="a2tgpo"`` (A²TGPO; reference: its code copy in the IGPO fork @745078b, notes in advantage-estimators.md):
+``variant="a2tgpo"`` (A²TGPO; reference: its code copy in the IGPO fork @745078b, notes in
+advantage-estimators.md):
 
     n̂_{i,t} = (r_{i,t} − μ_{g,t}) / (σ_{g,t} + ε)          r = step_reward (the turn's info gain)
     D_{i,t} = Σ_{j=t}^{n_i−1} γ^{j−t} n̂_{i,j}               discounted accumulation, n_i = steps
@@ -17,7 +18,7 @@ quantity and is not produced.
 
 ``variant="matchtir"`` (MatchTIR, arXiv 2601.10712, ``Code/verl/trainer/ppo/core_algos.py``):
 
-    G_{i,j}   = Σ_{k≥j} λ^{k−j} r_{i,k}                      λ = gamma, default 0.9 (hard-coded upstream)
+    G_{i,j}   = Σ_{k≥j} λ^{k−j} r_{i,k}                  λ = gamma, default 0.9 (hard-coded upstream)
     A^turn    = (G_{i,j} − μ_{g,j}) / (σ_{g,j} + ε)
     A^traj_i  = (R_i − μ_g) / (σ_g + ε)
     A_{i,j}   = (A^traj_i + A^turn_{i,j}) / 2

@@ -33,10 +33,10 @@ previous round's evaluation just loaded (one load per process and checkpoint, no
 def make_engine(
     kind: str, folder: str | Path, device: str = "cpu", vllm_settings=None, content_hash: str | None = None
 ) -> Engine:
-    """`kind` is "torch" or "vllm"; both load the same HF checkpoint folder on `device`. vLLM engines are shared
-    within a process (`VLLMEngine.shared`, reloaded when the folder or its `content_hash` changes); `vllm_settings`
-    is a `VLLMSettings` (its device is `device`). A torch engine for a folder given with its recorded `content_hash` is kept until the next
-    one (or `release_generation_memory`)."""
+    """`kind` is "torch" or "vllm"; both load the same HF checkpoint folder on `device`. vLLM engines are
+    shared within a process (`VLLMEngine.shared`, reloaded when the folder or its `content_hash` changes);
+    `vllm_settings` is a `VLLMSettings` (its device is `device`). A torch engine for a folder given with its
+    recorded `content_hash` is kept until the next one (or `release_generation_memory`)."""
     if kind == "torch":
         from creditline.engines.torch_engine import TorchEngine
 

@@ -2,28 +2,30 @@
 
 `vllm serve` processes (or `creditline serve` ones, which answer the same routes) each hold a copy of the
 policy; this engine spreads a batch's prompts over them and, between rounds, points every replica at the new
-checkpoint folder. It honours the engine protocol (`creditline.engines.base`): token ids in, completion ids and
-the sampled tokens' log-probs out. For those to be the trainer's numbers, start `vllm serve` with
+checkpoint folder. It honours the engine protocol (`creditline.engines.base`): token ids in, completion ids
+and the sampled tokens' log-probs out. For those to be the trainer's numbers, start `vllm serve` with
 `--logprobs-mode processed_logprobs` (what `VLLMEngine` asks of its in-process engine).
 
-Seeding: row `i` of a call seeded `s` is its own request, seeded `derive_seed(s, i)` (`VLLMEngine`'s rule; vLLM
-seeds each request's own generator), so which replica answers a row, and how many there are, does not choose
-its random draws. Its numbers are another matter: `creditline serve` answers one request at a time, so a row's
-completion is the same on any replica set (what the tests check); `vllm serve` batches concurrent requests, and
-its kernels' float sums may depend on the batch, so the same row can differ in its last bits, and now and then
-in a token, between runs (unless vLLM runs batch-invariant).
+Seeding: row `i` of a call seeded `s` is its own request, seeded `derive_seed(s, i)` (`VLLMEngine`'s rule;
+vLLM seeds each request's own generator), so which replica answers a row, and how many there are, does not
+choose its random draws. Its numbers are another matter: `creditline serve` answers one request at a time, so
+a row's completion is the same on any replica set (what the tests check); `vllm serve` batches concurrent
+requests, and its kernels' float sums may depend on the batch, so the same row can differ in its last bits,
+and now and then in a token, between runs (unless vLLM runs batch-invariant).
 
-One experiment at a time per replica set: a step reloads every replica at its start, so two experiments (or two
-rounds' steps at once) sharing replicas would switch each other's weights mid-generation, which nothing here
-detects. Give each concurrently running experiment its own replicas.
+One experiment at a time per replica set: a step reloads every replica at its start, so two experiments (or
+two rounds' steps at once) sharing replicas would switch each other's weights mid-generation, which nothing
+here detects. Give each concurrently running experiment its own replicas.
 
-Replica contract, vLLM 0.32's routes (`url` is a base URL such as http://10.0.0.5:8000; a trailing /v1 is dropped):
+Replica contract, vLLM 0.32's routes (`url` is a base URL such as http://10.0.0.5:8000; a trailing /v1 is
+dropped):
 
     GET  url/v1/models          the served model's card; its `max_model_len` (the smallest over replicas) is
                                 this engine's `context_length`
     POST url/v1/completions     one request per prompt: `prompt` as token ids, `seed`, `logprobs: 0`,
                                 `return_token_ids: true`, `include_stop_str_in_output: true`, `stop`;
-                                read back: `choices[0].token_ids`, `.logprobs.token_logprobs`, `.finish_reason`
+                                read back: `choices[0].token_ids`, `.logprobs.token_logprobs`,
+                                `.finish_reason`
     POST url/collective_rpc     `load`: {"method": "reload_weights", "kwargs": {"weights_path": FOLDER}}, the
                                 worker method `LLM.collective_rpc("reload_weights", ...)` calls in process
     POST url/reset_prefix_cache `load`, after the reload: cached KV blocks were computed by the old weights
@@ -34,8 +36,8 @@ through `/v1/completions` rather than `/inference/v1/generate`: vLLM 0.32 answer
 `return_token_ids` on completions is there in every vLLM since 0.10.2.
 
 Shapes: `generate(prompts, params)` takes B prompts (lists of token ids) and returns B completions in prompt
-order; row `i` goes to replica `i % E` of the E replicas, at most `max_in_flight` requests in flight per replica.
-Errors are an `EndpointError`: one line naming the replica URL and what failed.
+order; row `i` goes to replica `i % E` of the E replicas, at most `max_in_flight` requests in flight per
+replica. Errors are an `EndpointError`: one line naming the replica URL and what failed.
 """
 
 from __future__ import annotations
@@ -173,34 +175,46 @@ class EndpointsEngine:
             ids, logprobs = list(choice["token_ids"]), list(choice["logprobs"]["token_logprobs"])
             finish = choice["finish_reason"]
         except (KeyError, IndexError, TypeError):
-            raise EndpointError(f"{where}: the answer lacks choices[0].token_ids and .logprobs.token_logprobs "
-                                "(vLLM returns them since 0.10.2)") from None  # fmt: skip
+            raise EndpointError(
+                f"{where}: the answer lacks choices[0].token_ids and .logprobs.token_logprobs "
+                "(vLLM returns them since 0.10.2)"
+            ) from None
         if finish not in ("stop", "length"):
             raise EndpointError(f"{where}: the completion ended with finish_reason={finish!r}")
         if len(logprobs) != len(ids) or any(lp is None for lp in logprobs):
             raise EndpointError(f"{where}: {len(ids)} token ids but {len(logprobs)} log-probs")
-        return Completion(token_ids=[int(t) for t in ids], logprobs=[float(lp) for lp in logprobs],
-                          finish_reason=finish)  # fmt: skip
+        return Completion(
+            token_ids=[int(t) for t in ids], logprobs=[float(lp) for lp in logprobs], finish_reason=finish
+        )
 
     def _reload(self, url: str, folder: str) -> None:
         try:
-            _call(f"{url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": folder}},
-                  self.timeout_s)  # fmt: skip
+            _call(
+                f"{url}/collective_rpc",
+                {"method": "reload_weights", "kwargs": {"weights_path": folder}},
+                self.timeout_s,
+            )
         except EndpointError as error:
             if error.status != 404:
                 raise
-            raise EndpointError(f"{error} (weights are reloaded through vLLM's development routes: start the "
-                                "replica with VLLM_SERVER_DEV_MODE=1)", 404) from None  # fmt: skip
+            raise EndpointError(
+                f"{error} (weights are reloaded through vLLM's development routes: start the "
+                "replica with VLLM_SERVER_DEV_MODE=1)",
+                404,
+            ) from None
         for _ in range(RESET_ATTEMPTS):
             if _call(f"{url}/reset_prefix_cache", {}, self.timeout_s).get("success", True):
                 return
             time.sleep(0.5)
-        raise EndpointError(f"{url}/reset_prefix_cache: still refused after {RESET_ATTEMPTS} tries "
-                            "(is another client generating on this replica?)")  # fmt: skip
+        raise EndpointError(
+            f"{url}/reset_prefix_cache: still refused after {RESET_ATTEMPTS} tries "
+            "(is another client generating on this replica?)"
+        )
 
 
 def completion_request(model_name: str, prompt: Sequence[int], params: SamplingParams, seed: int) -> dict:
-    """The `/v1/completions` body sampling one completion of `prompt` (token ids) as `params` say, seeded `seed`."""
+    """The `/v1/completions` body sampling one completion of `prompt` (token ids) as `params` say, seeded
+    `seed`."""
     body = {
         "model": model_name,
         "prompt": [int(t) for t in prompt],
@@ -218,7 +232,8 @@ def completion_request(model_name: str, prompt: Sequence[int], params: SamplingP
 
 
 def _call(url: str, body: dict | None, timeout_s: float) -> dict:
-    """GET `url` (no `body`) or POST `body` as JSON; the JSON answer ({} when empty), else an `EndpointError`."""
+    """GET `url` (no `body`) or POST `body` as JSON; the JSON answer ({} when empty), else an
+    `EndpointError`."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
@@ -241,7 +256,8 @@ def _call(url: str, body: dict | None, timeout_s: float) -> dict:
 
 
 def _server_message(error: urllib.error.HTTPError) -> str:
-    """The message of an error answer: vLLM's `{"error": {"message"}}`, FastAPI's `{"detail"}`, or its text."""
+    """The message of an error answer: vLLM's `{"error": {"message"}}`, FastAPI's `{"detail"}`, or its
+    text."""
     try:
         raw = error.read().decode(errors="replace")
     except OSError:

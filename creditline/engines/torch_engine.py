@@ -57,8 +57,10 @@ class TorchEngine:
         context = self.context_length
         for row, prompt in enumerate(prompts):
             if context is not None and len(prompt) + params.max_new_tokens > context:
-                raise ValueError(f"prompt {row}: {len(prompt)} tokens + max_new_tokens {params.max_new_tokens} "
-                                 f"exceed the model's context of {context} tokens")  # fmt: skip
+                raise ValueError(
+                    f"prompt {row}: {len(prompt)} tokens + max_new_tokens {params.max_new_tokens} "
+                    f"exceed the model's context of {context} tokens"
+                )
         b = len(prompts)
         length = max(len(p) for p in prompts)
         input_ids = torch.full((b, length), self.pad_token_id, dtype=torch.long)

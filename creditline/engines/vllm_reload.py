@@ -32,7 +32,9 @@ class CheckpointReload:
     def reload_checkpoint(self, weights_path: str) -> int:
         """Load `weights_path` (a checkpoint folder of the served architecture) into the running model, then
         re-process the layers whose weight is shared with an earlier layer. Returns how many were."""
-        self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)  # type: ignore[attr-defined]
+        self.reload_weights(  # type: ignore[attr-defined]
+            weights_path=weights_path, is_checkpoint_format=True
+        )
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         seen: set[int] = set()
         refreshed = 0

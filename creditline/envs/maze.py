@@ -80,8 +80,10 @@ class MazeEnv:
         if max_steps < 1:
             raise ValueError(f"maze max_steps must be at least 1, got {max_steps}")
         if invalid_penalty < 0 or progress_reward < 0:
-            raise ValueError(f"maze invalid_penalty and progress_reward must be >= 0, got "
-                             f"{invalid_penalty} and {progress_reward}")  # fmt: skip
+            raise ValueError(
+                f"maze invalid_penalty and progress_reward must be >= 0, got "
+                f"{invalid_penalty} and {progress_reward}"
+            )
         self.size = size
         self.max_steps = max_steps
         self.invalid_penalty = invalid_penalty

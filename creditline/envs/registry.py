@@ -65,8 +65,9 @@ def registered_environments() -> dict[str, str]:
         owner = point.dist.name if point.dist is not None else "?"
         if point.name in found and found[point.name] != point.value:
             raise UnknownEnvironment(
-                f"environment {point.name!r} is registered twice: by {owners[point.name]} ({found[point.name]}) "
-                f"and by {owner} ({point.value}); uninstall one, or name the one you mean by import path"
+                f"environment {point.name!r} is registered twice: "
+                f"by {owners[point.name]} ({found[point.name]}) and by {owner} ({point.value}); "
+                "uninstall one, or name the one you mean by import path"
             )
         found[point.name], owners[point.name] = point.value, owner
     for name, factory in BUILTIN_ENVIRONMENTS.items():

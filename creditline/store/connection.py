@@ -10,11 +10,12 @@ DuckDB allows one writing process per database file: while a process holds the f
 process's ``connect`` fails with ``IOException: Could not set lock on file ...``. Dagster runs each step
 in its own process, so the store never keeps a connection open: every read or write opens a connection,
 does one transaction, and closes it, which releases the lock within milliseconds. Threads of one process
-take turns (a process-wide lock), since DuckDB refuses two threads attaching one file at once. A caller that meets the
-lock retries with exponential backoff (plus jitter, so two waiting writers do not retry in lockstep) for a
-bounded time, then raises ``StoreLockedError`` naming the file. A burst of transactions (a stage's lineage
-reads, or its records) may share one connection (`held_connection`): opening one costs ~20 ms. Write-write conflicts between connections
-inside one process (``TransactionException``) are retried the same way: the whole transaction re-runs.
+take turns (a process-wide lock), since DuckDB refuses two threads attaching one file at once. A caller that
+meets the lock retries with exponential backoff (plus jitter, so two waiting writers do not retry in lockstep)
+for a bounded time, then raises ``StoreLockedError`` naming the file. A burst of transactions (a stage's
+lineage reads, or its records) may share one connection (`held_connection`): opening one costs ~20 ms.
+Write-write conflicts between connections inside one process (``TransactionException``) are retried the same
+way: the whole transaction re-runs.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def is_postgres(target: str) -> bool:
 
 
 def open_catalog(target: str) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection whose default catalog is ``target``: the file itself, or Postgres attached as ``lineage``.
+    """A DuckDB connection whose default catalog is ``target``: the file itself, or Postgres attached as
+    ``lineage``.
 
     A file is opened afresh each time (its lock must be released between transactions). Postgres needs no
     such care, and attaching it costs ~130 ms, so each process attaches it once and hands out cursors
@@ -96,8 +98,8 @@ _DAMAGED = ("could not read enough bytes", "not a valid duckdb database", "corru
 
 
 def _is_damaged(error: BaseException) -> bool:
-    """True when opening the catalog file failed because its bytes are damaged (never for a lock, a permission or a
-    newer DuckDB's file)."""
+    """True when opening the catalog file failed because its bytes are damaged (never for a lock, a permission
+    or a newer DuckDB's file)."""
     text = str(error).lower()
     if is_lock_error(error) or "permission denied" in text:
         return False
@@ -106,7 +108,8 @@ def _is_damaged(error: BaseException) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _attached(target: str, pid: int) -> duckdb.DuckDBPyConnection:
-    """This process's DuckDB with Postgres ``target`` attached (keyed by pid: a forked child attaches anew)."""
+    """This process's DuckDB with Postgres ``target`` attached (keyed by pid: a forked child attaches
+    anew)."""
     con = duckdb.connect()
     try:
         con.execute(f"LOAD '{_postgres_extension()}'")
@@ -124,12 +127,14 @@ def _attached(target: str, pid: int) -> duckdb.DuckDBPyConnection:
 
 
 def _postgres_extension() -> str:
-    """The postgres extension's file from the `duckdb-extension-postgres-scanner` package (the `server` extra)."""
+    """The postgres extension's file from the `duckdb-extension-postgres-scanner` package (the `server`
+    extra)."""
     try:
         import duckdb_extension_postgres_scanner as package
     except ImportError as error:
         raise ImportError(
-            "a postgresql:// lineage catalog needs DuckDB's postgres extension: pip install 'creditline[server]'"
+            "a postgresql:// lineage catalog needs DuckDB's postgres extension: "
+            "pip install 'creditline[server]'"
         ) from error
     version = duckdb.__version__
     path = Path(package.__file__).parent / "extensions" / f"v{version}" / "postgres_scanner.duckdb_extension"
@@ -202,8 +207,8 @@ _HELD = threading.local()
 
 
 def holding() -> list[str]:
-    """The catalog files this thread keeps locked right now (open `held_connection` blocks): for asserting that
-    no slow work (files, hashing, MLflow, training) runs while other processes are locked out."""
+    """The catalog files this thread keeps locked right now (open `held_connection` blocks): for asserting
+    that no slow work (files, hashing, MLflow, training) runs while other processes are locked out."""
     return list(getattr(_HELD, "paths", []))
 
 

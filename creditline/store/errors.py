@@ -33,8 +33,8 @@ class StoreLockedError(TimeoutError):
         last = str(last_error).replace(path, shown)
         if path.startswith(("postgresql://", "postgres://")):
             super().__init__(
-                f"lineage store {shown}: transactions kept conflicting with other writers' for {waited_s:.1f} s "
-                f"({attempts} attempts). Last error: {last}"
+                f"lineage store {shown}: transactions kept conflicting with other writers' "
+                f"for {waited_s:.1f} s ({attempts} attempts). Last error: {last}"
             )
         else:
             super().__init__(
@@ -53,23 +53,27 @@ class CatalogTooNewError(ValueError):
     def __init__(self, path: str, version: str) -> None:
         super().__init__(
             f"lineage catalog {path} was written by a newer DuckDB than this one ({version}); move it over: "
-            f"in a spare venv with duckdb==2.0.0 run EXPORT DATABASE 'catalog-export' (FORMAT parquet) on it, "
-            f"then IMPORT DATABASE 'catalog-export' into a new file with this DuckDB and put that file in its place"
+            f"in a spare venv with duckdb==2.0.0 run EXPORT DATABASE 'catalog-export' (FORMAT parquet) "
+            f"on it, then IMPORT DATABASE 'catalog-export' into a new file with this DuckDB "
+            f"and put that file in its place"
         )
 
 
 class CatalogUnreachableError(ConnectionError):
-    """The Postgres lineage catalog could not be attached (down, refused, wrong credentials); password hidden."""
+    """The Postgres lineage catalog could not be attached (down, refused, wrong credentials); password
+    hidden."""
 
 
 class CatalogDamagedError(RuntimeError):
-    """The DuckDB catalog file exists but DuckDB cannot open it: truncated, overwritten, or not a catalog at all."""
+    """The DuckDB catalog file exists but DuckDB cannot open it: truncated, overwritten, or not a catalog at
+    all."""
 
     def __init__(self, path: str, detail: str) -> None:
         self.path = path
         super().__init__(
             f"lineage catalog {path} cannot be opened, it is damaged ({detail}); restore it from a backup: "
-            f"creditline cannot rebuild it from the data files (their lineage, round commits and runs live only in it)"
+            f"creditline cannot rebuild it from the data files "
+            f"(their lineage, round commits and runs live only in it)"
         )
 
 

@@ -88,11 +88,11 @@ def stat_fingerprint(path: PathLike) -> dict[str, list[int]]:
     """{relative posix path: [size, mtime_ns, inode, ctime_ns]} of a file ("" for the file itself) or of every
     file in a folder.
 
-    Taken by the writer right after it hashed the bytes, and recorded with the artifact; a reader that finds the
-    same fingerprint trusts the recorded hash instead of re-reading the bytes (`lineage.check_on_disk(quick=True)`),
-    as git trusts its index. Any write changes mtime and ctime; a file replaced by a rename has another inode;
-    ``utime`` can restore an mtime but not the ctime. A copy of the data root only costs a re-hash. Raises
-    ``FileNotFoundError`` if ``path`` is neither a file nor a folder.
+    Taken by the writer right after it hashed the bytes, and recorded with the artifact; a reader that finds
+    the same fingerprint trusts the recorded hash instead of re-reading the bytes
+    (`lineage.check_on_disk(quick=True)`), as git trusts its index. Any write changes mtime and ctime; a file
+    replaced by a rename has another inode; ``utime`` can restore an mtime but not the ctime. A copy of the
+    data root only costs a re-hash. Raises ``FileNotFoundError`` if ``path`` is neither a file nor a folder.
     """
     p = Path(path)
     if p.is_file():
@@ -180,11 +180,12 @@ def _to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
 
 
 def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: PathLike) -> FileRecord:
-    """Write a table as Parquet atomically with deterministic bytes; return its path, hash, size and fingerprint.
+    """Write a table as Parquet atomically with deterministic bytes; return its path, hash, size and
+    fingerprint.
 
     The hash is taken from the temp file before the rename, so it describes exactly the bytes that land. The
-    fingerprint is the landed file's, and only if it is still the inode that was hashed (a writer that replaced
-    it in between leaves None: readers re-hash).
+    fingerprint is the landed file's, and only if it is still the inode that was hashed (a writer that
+    replaced it in between leaves None: readers re-hash).
     """
     import pyarrow.parquet as pq
 
@@ -261,11 +262,12 @@ def _fsync_tree(root: Path) -> None:
 
 
 def set_aside(path: PathLike) -> Path:
-    """Rename the file or folder at ``path`` beside itself as ``<name>.set-aside-<UTC time>`` and return the new path.
+    """Rename the file or folder at ``path`` beside itself as ``<name>.set-aside-<UTC time>`` and return the
+    new path.
 
-    For a recorded output of an unfinished round whose bytes no longer match its record: it is kept for a person to
-    look at (neither deleted nor a hidden temp name the orphan reaper would clear), and its name is free again for
-    the stage that regenerates it.
+    For a recorded output of an unfinished round whose bytes no longer match its record: it is kept for a
+    person to look at (neither deleted nor a hidden temp name the orphan reaper would clear), and its name is
+    free again for the stage that regenerates it.
     """
     source = Path(path)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -116,8 +116,12 @@ def lease_holder(store: LineageStore, experiment: str, ttl_s: float = LEASE_TTL_
 def dead_leases(store: LineageStore, ttl_s: float = LEASE_TTL_S) -> list[tuple[str, str]]:
     """(experiment, holder description) of every lease whose holder is gone."""
     rows = store.fetchall("SELECT experiment, holder, heartbeat_at FROM leases ORDER BY experiment")
-    return [(experiment, description) for experiment, holder, beat in rows
-            for alive, description in [_holder_state(holder, beat, ttl_s)] if not alive]  # fmt: skip
+    return [
+        (experiment, description)
+        for experiment, holder, beat in rows
+        for alive, description in [_holder_state(holder, beat, ttl_s)]
+        if not alive
+    ]
 
 
 def release_dead_leases(store: LineageStore, ttl_s: float = LEASE_TTL_S) -> list[str]:
@@ -127,10 +131,14 @@ def release_dead_leases(store: LineageStore, ttl_s: float = LEASE_TTL_S) -> list
         holder = store.fetchone("SELECT holder FROM leases WHERE experiment = ?", [experiment])
         if holder is None or _holder_state(holder[0], _now(), ttl_s)[0]:
             continue  # released or taken over meanwhile (a live taker's heartbeat is now)
-        store.transaction(lambda con, e=experiment, h=holder[0]: con.execute(
-            "DELETE FROM leases WHERE experiment = ? AND holder = ?", [e, h]))  # fmt: skip
+        store.transaction(
+            lambda con, e=experiment, h=holder[0]: con.execute(
+                "DELETE FROM leases WHERE experiment = ? AND holder = ?", [e, h]
+            )
+        )
         lines.append(
-            f"released experiment {experiment!r}'s lease, held by a `creditline run` that died ({description})"
+            f"released experiment {experiment!r}'s lease, "
+            f"held by a `creditline run` that died ({description})"
         )
     return lines
 

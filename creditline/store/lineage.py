@@ -134,7 +134,8 @@ def _rebuild_edges(con: duckdb.DuckDBPyConnection, hashes: list[str]) -> None:
 
 
 class LineageStore:
-    """The lineage catalog at ``path``, a DuckDB file or a ``postgresql://`` URI (created with its schema on first use)."""
+    """The lineage catalog at ``path``, a DuckDB file or a ``postgresql://`` URI (created with its schema on
+    first use)."""
 
     def __init__(
         self,
@@ -145,7 +146,8 @@ class LineageStore:
         self.path = str(path)
         self.retry = retry or RetryPolicy()
         self.objects = objects
-        """Where every recorded artifact is published before its record (`creditline.store.objects`); None: nowhere."""
+        """Where every recorded artifact is published before its record (`creditline.store.objects`); None:
+        nowhere."""
         self._schema_ready = False
         self._session = threading.local()  # .con: the connection a `session` block holds on this thread
 
@@ -247,8 +249,8 @@ class LineageStore:
         new hash, and of the hash it replaced, are rebuilt as the union of the parents declared by the rows
         that carry that hash (none: the replaced hash's edges go). Raises ``ValueError`` if two rows of one
         hash declare one parent with different relations. Returns the stored record (with ``created_at``,
-        sorted ``parents``). With ``objects``, the artifact is published there first and ``meta["object"]`` names
-        it. A ``meta["on_disk"]`` fingerprint must come from the writer, taken when it
+        sorted ``parents``). With ``objects``, the artifact is published there first and ``meta["object"]``
+        names it. A ``meta["on_disk"]`` fingerprint must come from the writer, taken when it
         hashed the bytes (`FileRecord.fingerprint`, `hashed_folder`): only then does it vouch
         for them. It is bound to the hash it was taken with (``meta["on_disk_of"]``, added here when the
         writer did not): a reader trusts it for that hash only.
@@ -267,10 +269,19 @@ class LineageStore:
         def work(con: duckdb.DuckDBPyConnection) -> None:
             old = con.execute(f"SELECT content_hash FROM artifacts WHERE {_KEY_MATCH}", key).fetchone()
             con.execute(
-                f"INSERT OR REPLACE INTO artifacts ({_ARTIFACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [*key, stored.path, stored.content_hash, stored.rows, canonical_json(stored.meta),
-                 stored.created_at, stored.dagster_run_id, canonical_json(edges)],
-            )  # fmt: skip
+                f"INSERT OR REPLACE INTO artifacts ({_ARTIFACT_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    *key,
+                    stored.path,
+                    stored.content_hash,
+                    stored.rows,
+                    canonical_json(stored.meta),
+                    stored.created_at,
+                    stored.dagster_run_id,
+                    canonical_json(edges),
+                ],
+            )
             _rebuild_edges(con, sorted({stored.content_hash} | ({old[0]} if old else set())))
             failpoint(f"lineage:{stored.kind}")  # killed here: the transaction never commits
 
@@ -278,8 +289,8 @@ class LineageStore:
         return stored
 
     def _copy_problems(self, record: ArtifactRecord) -> list[Problem]:
-        """What is wrong with `record`'s copies: its published object, and its local copy (which, for a published
-        artifact, may be absent: a machine fetches only what it reads)."""
+        """What is wrong with `record`'s copies: its published object, and its local copy (which, for a
+        published artifact, may be absent: a machine fetches only what it reads)."""
         published = self.objects is not None and "object" in record.meta
         found = [check_object(self.objects, record)] if published else []
         if os.path.exists(record.path) or not published:
@@ -287,9 +298,9 @@ class LineageStore:
         return [problem for problem in found if problem is not None]
 
     def ensure_local(self, record: ArtifactRecord) -> ArtifactRecord:
-        """`record`, its bytes on this machine's disk: fetched from object storage into place (hash-checked) when
-        they are missing here and the record names an object. Otherwise nothing happens; a missing file with no
-        object is left for the reader's check to report."""
+        """`record`, its bytes on this machine's disk: fetched from object storage into place (hash-checked)
+        when they are missing here and the record names an object. Otherwise nothing happens; a missing file
+        with no object is left for the reader's check to report."""
         if self.objects is not None and "object" in record.meta and not Path(record.path).exists():
             self.objects.fetch_into_place(record.meta["object"], record.content_hash, record.path)
         return record
@@ -301,16 +312,24 @@ class LineageStore:
         def work(con: duckdb.DuckDBPyConnection) -> None:
             con.execute("DELETE FROM branches WHERE steps_hash = ?", [steps_hash])
             if links:
-                con.executemany("INSERT INTO branches VALUES (?, ?, ?, ?)",
-                                [[steps_hash, e, src, int(t)] for e, src, t in links])  # fmt: skip
+                con.executemany(
+                    "INSERT INTO branches VALUES (?, ?, ?, ?)",
+                    [[steps_hash, e, src, int(t)] for e, src, t in links],
+                )
 
         self.transaction(work)
 
     def branches(self, steps_hash: str) -> list[tuple[str, str, int]]:
-        """(episode_id, branch_of_episode, branch_of_step) of the continuations in `steps_hash`, by episode_id."""
-        return [tuple(r) for r in self.fetchall(
-            "SELECT episode_id, branch_of_episode, branch_of_step FROM branches WHERE steps_hash = ? "
-            "ORDER BY episode_id", [steps_hash])]  # fmt: skip
+        """(episode_id, branch_of_episode, branch_of_step) of the continuations in `steps_hash`, by
+        episode_id."""
+        return [
+            tuple(r)
+            for r in self.fetchall(
+                "SELECT episode_id, branch_of_episode, branch_of_step FROM branches WHERE steps_hash = ? "
+                "ORDER BY episode_id",
+                [steps_hash],
+            )
+        ]
 
     def record_initial_policy(
         self, experiment: str, path: str, content_hash: str, meta: Mapping[str, Any] | None = None
@@ -343,7 +362,8 @@ class LineageStore:
     def artifacts(
         self, experiment: str, round: int | None = None, kind: str | None = None
     ) -> list[ArtifactRecord]:
-        """An experiment's artifacts, optionally for one round and/or kind, ordered by (round, kind, variant)."""
+        """An experiment's artifacts, optionally for one round and/or kind, ordered by (round, kind,
+        variant)."""
         sql = f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE experiment = ?"
         params: list[Any] = [experiment]
         if round is not None:
@@ -387,9 +407,17 @@ class LineageStore:
         s = stored
         self.execute(
             f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [s.dagster_run_id, s.experiment, s.round, s.asset, s.mlflow_run_id, s.code_version,
-             canonical_json(s.config), s.created_at],
-        )  # fmt: skip
+            [
+                s.dagster_run_id,
+                s.experiment,
+                s.round,
+                s.asset,
+                s.mlflow_run_id,
+                s.code_version,
+                canonical_json(s.config),
+                s.created_at,
+            ],
+        )
         return stored
 
     def runs(self, experiment: str, round: int | None = None) -> list[RunRecord]:
@@ -405,9 +433,18 @@ class LineageStore:
         e = dataclasses.replace(evaluation, created_at=_now())
         self.execute(
             f"INSERT OR REPLACE INTO evaluations ({_EVALUATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [e.experiment, e.round, e.policy_hash, e.success_rate, e.mean_return, e.mean_steps,
-             e.invalid_action_rate, e.episodes, e.created_at],
-        )  # fmt: skip
+            [
+                e.experiment,
+                e.round,
+                e.policy_hash,
+                e.success_rate,
+                e.mean_return,
+                e.mean_steps,
+                e.invalid_action_rate,
+                e.episodes,
+                e.created_at,
+            ],
+        )
         return e
 
     def evaluations(self, experiment: str) -> list[EvaluationRecord]:
@@ -502,8 +539,11 @@ class LineageStore:
     def edge_problems(self, experiment: str) -> list[Problem]:
         """The edge checks of `verify` alone (catalog queries, no file is read)."""
         problems: list[Problem] = []
-        found = self.transaction(lambda con: {kind: con.execute(sql, [experiment]).fetchall()
-                                       for kind, sql in _EDGE_CHECKS.items()})  # fmt: skip
+        found = self.transaction(
+            lambda con: {
+                kind: con.execute(sql, [experiment]).fetchall() for kind, sql in _EDGE_CHECKS.items()
+            }
+        )
         for kind, rows in found.items():
             for path, exp, round_, art_kind, variant, child, parent, relation in rows:
                 where = _describe(exp, round_, art_kind, variant) if exp is not None else None
@@ -552,13 +592,18 @@ _EDGE_CHECKS = {
         FROM lineage l LEFT JOIN artifacts a ON a.content_hash = l.parent_hash AND a.experiment = ?
         WHERE l.child_hash NOT IN (SELECT content_hash FROM artifacts)
           AND (a.path IS NOT NULL OR l.parent_hash NOT IN (SELECT content_hash FROM artifacts))
-        QUALIFY row_number() OVER (PARTITION BY l.child_hash, l.parent_hash ORDER BY a.round, a.kind, a.variant) = 1
+        QUALIFY row_number() OVER (PARTITION BY l.child_hash, l.parent_hash
+                                   ORDER BY a.round, a.kind, a.variant) = 1
         ORDER BY l.child_hash, l.parent_hash
     """,
 }
 _EDGE_DETAILS = {
-    "edge_missing": "{where} ({child}) declares parent {parent} ({relation}), but that lineage edge is missing",
-    "edge_extra": "{where} ({child}) has a lineage edge to {parent} ({relation}) that no artifact of its hash declares",
+    "edge_missing": (
+        "{where} ({child}) declares parent {parent} ({relation}), but that lineage edge is missing"
+    ),
+    "edge_extra": (
+        "{where} ({child}) has a lineage edge to {parent} ({relation}) that no artifact of its hash declares"
+    ),
     "dangling": "{where} ({child}) is {relation} {parent}, which no artifact carries",
     "orphan_edge": "lineage edge {child} {relation} {parent}: no artifact carries the child {child}",
 }
@@ -569,8 +614,9 @@ UNVERIFIABLE = ("missing", "changed", "object_missing", "object_changed")
 
 
 def consumer_problems(records: Sequence[ArtifactRecord], problems: Sequence[Problem]) -> list[Problem]:
-    """A "consumed" problem for each of `records` whose declared parent is the recorded hash of an artifact with an
-    `UNVERIFIABLE` problem: the round it belongs to was made from an input that can no longer be checked."""
+    """A "consumed" problem for each of `records` whose declared parent is the recorded hash of an artifact
+    with an `UNVERIFIABLE` problem: the round it belongs to was made from an input that can no longer be
+    checked."""
     bad = {p.expected_hash: p for p in problems if p.kind in UNVERIFIABLE}
     names = {r.content_hash: _describe(r.experiment, r.round, r.kind, r.variant) for r in records}
     found = []
@@ -578,9 +624,11 @@ def consumer_problems(records: Sequence[ArtifactRecord], problems: Sequence[Prob
         for parent, relation in record.parents:
             if (problem := bad.get(parent)) is not None:
                 where = _describe(record.experiment, record.round, record.kind, record.variant)
-                detail = (f"{where} ({record.content_hash[:12]}) is {relation} {names.get(parent, 'an artifact')} "
-                          f"({parent[:12]}), which is {problem.kind.replace('_', ' ')}: round {record.round} "
-                          "consumed an input that no longer matches its record")  # fmt: skip
+                detail = (
+                    f"{where} ({record.content_hash[:12]}) is {relation} {names.get(parent, 'an artifact')} "
+                    f"({parent[:12]}), which is {problem.kind.replace('_', ' ')}: round {record.round} "
+                    "consumed an input that no longer matches its record"
+                )
                 found.append(Problem("consumed", record.path, parent, problem.actual_hash, detail))
     return found
 
@@ -588,15 +636,17 @@ def consumer_problems(records: Sequence[ArtifactRecord], problems: Sequence[Prob
 FINGERPRINT = "on_disk"
 """Meta key of an artifact's `files.stat_fingerprint`, taken by its writer when it hashed the bytes."""
 FINGERPRINT_OF = "on_disk_of"
-"""Meta key of the content hash the `FINGERPRINT` was taken with: the fingerprint vouches for that hash only, so a
-record whose hash was edited behind the store's back (or re-recorded with stale meta) is re-hashed, not trusted."""
+"""Meta key of the content hash the `FINGERPRINT` was taken with: the fingerprint vouches for that hash only,
+so a record whose hash was edited behind the store's back (or re-recorded with stale meta) is re-hashed, not
+trusted."""
 MANIFEST = "file_hashes"
 """Meta key of a folder artifact's `files.directory_manifest` (per-file sha256), taken when it was hashed."""
 
 
 def hashed_folder(folder: str | Path) -> tuple[str, dict]:
     """(content hash, meta) of a folder just written: its one full hash, with the per-file hashes (`MANIFEST`)
-    and, if no file changed while it was read, the stat fingerprint that lets readers trust it (`FINGERPRINT`)."""
+    and, if no file changed while it was read, the stat fingerprint that lets readers trust it
+    (`FINGERPRINT`)."""
     before = stat_fingerprint(folder)
     manifest = directory_manifest(folder)
     content_hash = manifest_hash(manifest)
@@ -607,7 +657,8 @@ def hashed_folder(folder: str | Path) -> tuple[str, dict]:
 
 
 def check_object(objects: ObjectStore, record: ArtifactRecord) -> Problem | None:
-    """An "object_missing" or "object_changed" problem if the record's published object no longer holds its content."""
+    """An "object_missing" or "object_changed" problem if the record's published object no longer holds its
+    content."""
     uri = record.meta["object"]
     actual = objects.content_hash(uri)
     if actual == record.content_hash:
@@ -654,7 +705,8 @@ def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None
 
 
 def _fingerprint_vouches(record: ArtifactRecord) -> bool:
-    """True when the record's files still have the fingerprint its writer took, with the very hash it records."""
+    """True when the record's files still have the fingerprint its writer took, with the very hash it
+    records."""
     return (
         record.meta.get(FINGERPRINT) is not None
         and record.meta.get(FINGERPRINT_OF) == record.content_hash

@@ -115,15 +115,16 @@ class ObjectStore:
                 temporary.unlink(missing_ok=True)
 
     def content_hash(self, uri: str) -> str | None:
-        """What the bytes of the artifact at `uri` hash to now (read whole, into a temporary folder); None when
-        there is no object there."""
+        """What the bytes of the artifact at `uri` hash to now (read whole, into a temporary folder); None
+        when there is no object there."""
         if not self.filesystem().exists(uri):
             return None
         with tempfile.TemporaryDirectory(prefix="creditline-check-") as tmp:
             return hash_path(self._download(uri, Path(tmp) / "object"))
 
     def fetch(self, uri: str, content_hash: str, destination: str | os.PathLike[str]) -> Path:
-        """Download the artifact at `uri` into `destination` and check that its bytes hash to `content_hash`."""
+        """Download the artifact at `uri` into `destination` and check that its bytes hash to
+        `content_hash`."""
         destination = self._download(uri, Path(destination))
         found = hash_path(destination)
         if found != content_hash:

@@ -109,12 +109,18 @@ def orphan_problems(data_root: str | os.PathLike[str]) -> list[Problem]:
     problems = []
     for orphan in find_orphans(root):
         where = Path(orphan.path).relative_to(root).as_posix()
-        what = f"temp {'folder' if orphan.is_dir else 'file'} ({orphan.bytes} bytes) for {Path(orphan.target).name}"
+        what = (
+            f"temp {'folder' if orphan.is_dir else 'file'} ({orphan.bytes} bytes) "
+            f"for {Path(orphan.target).name}"
+        )
         if orphan.tag == "old":
             what = f"previous version of {Path(orphan.target).name}, moved aside ({orphan.bytes} bytes)"
         fix = "remove_orphans deletes it"
         if orphan.action == "restore":
-            fix = f"{Path(orphan.target).name} is missing and this is its only copy; remove_orphans renames it back"
+            fix = (
+                f"{Path(orphan.target).name} is missing and this is its only copy; "
+                "remove_orphans renames it back"
+            )
         detail = f"{where}: {what}, left by a dead writer ({orphan.reason}); {fix}"
         problems.append(Problem("orphan", orphan.path, "", None, detail))
     return problems

@@ -14,10 +14,23 @@ from datetime import datetime
 from typing import Any, Literal
 
 ProblemKind = Literal[
-    "missing", "changed", "dangling", "edge_missing", "edge_extra", "orphan_edge", "orphan",
-    "incomplete", "uncommitted", "tracking", "object_missing", "object_changed", "consumed",
-    "dead_run", "held_slot", "stale_lease",
-]  # fmt: skip
+    "missing",
+    "changed",
+    "dangling",
+    "edge_missing",
+    "edge_extra",
+    "orphan_edge",
+    "orphan",
+    "incomplete",
+    "uncommitted",
+    "tracking",
+    "object_missing",
+    "object_changed",
+    "consumed",
+    "dead_run",
+    "held_slot",
+    "stale_lease",
+]
 """What ``LineageStore.verify`` found (see ``Problem.kind``)."""
 
 
@@ -34,7 +47,8 @@ class FileRecord:
     bytes: int
     """Size of the file on disk."""
     fingerprint: dict[str, list[int]] | None = None
-    """`files.stat_fingerprint` of the file that landed, taken by the writer (None: someone replaced it at once)."""
+    """`files.stat_fingerprint` of the file that landed, taken by the writer (None: someone replaced it at
+    once)."""
 
 
 @dataclass(frozen=True)

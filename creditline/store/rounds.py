@@ -46,9 +46,15 @@ def record_round_commit(store: LineageStore, commit: RoundCommit) -> RoundCommit
     stored = RoundCommit(**{**vars(commit), "committed_at": _now()})
     store.execute(
         "INSERT OR REPLACE INTO round_commits VALUES (?, ?, ?, ?, ?, ?)",
-        [stored.experiment, stored.round, stored.dagster_run_id, stored.mlflow_run_id,
-         canonical_json(stored.artifacts), stored.committed_at],
-    )  # fmt: skip
+        [
+            stored.experiment,
+            stored.round,
+            stored.dagster_run_id,
+            stored.mlflow_run_id,
+            canonical_json(stored.artifacts),
+            stored.committed_at,
+        ],
+    )
     return stored
 
 
@@ -96,7 +102,8 @@ def tracking_runs(store: LineageStore, experiment: str) -> dict[int, str]:
 ROUND_KINDS = ("episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation")
 """Every artifact kind a finished round has recorded."""
 OPTIONAL_ROUND_KINDS = ("reward_model", "model_rewards")
-"""Kinds only some rounds record (a step-reward model's, for the estimators that read one); committed when there."""
+"""Kinds only some rounds record (a step-reward model's, for the estimators that read one); committed when
+there."""
 
 
 def round_problems(store: LineageStore, experiment: str) -> list[Problem]:
@@ -118,15 +125,29 @@ def round_problems(store: LineageStore, experiment: str) -> list[Problem]:
         recorded = by_round.get(round_, {})
         commit = commits.get(round_)
         if commit is None:
-            problems.append(Problem("incomplete", where, "", None,
-                                    f"{where}: round has {sorted(recorded)} but no commit point; "
-                                    "`creditline run` completes it"))  # fmt: skip
+            problems.append(
+                Problem(
+                    "incomplete",
+                    where,
+                    "",
+                    None,
+                    f"{where}: round has {sorted(recorded)} but no commit point; "
+                    "`creditline run` completes it",
+                )
+            )
             continue
         for kind in (*ROUND_KINDS, *OPTIONAL_ROUND_KINDS):
             if recorded.get(kind) != commit.artifacts.get(kind):
-                problems.append(Problem("uncommitted", where, commit.artifacts.get(kind, ""), recorded.get(kind),
-                                        f"{where}/{kind}: recorded {str(recorded.get(kind))[:12]}, "
-                                        f"committed {str(commit.artifacts.get(kind))[:12]}"))  # fmt: skip
+                problems.append(
+                    Problem(
+                        "uncommitted",
+                        where,
+                        commit.artifacts.get(kind, ""),
+                        recorded.get(kind),
+                        f"{where}/{kind}: recorded {str(recorded.get(kind))[:12]}, "
+                        f"committed {str(commit.artifacts.get(kind))[:12]}",
+                    )
+                )
         if round_ not in evaluated:
             problems.append(
                 Problem("incomplete", where, "", None, f"{where}: committed without an evaluation row")

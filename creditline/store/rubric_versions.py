@@ -90,7 +90,8 @@ def _insert_absent(store: LineageStore, records: list[RubricVersionRecord]) -> l
         new = sorted(set(unique) - known)
         if new:
             con.executemany(
-                "INSERT INTO rubric_versions (version, rubric, definition_json, first_seen_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO rubric_versions (version, rubric, definition_json, first_seen_at) "
+                "VALUES (?, ?, ?, ?)",
                 [[v, unique[v].rubric, canonical_json(dict(unique[v].definition)), now] for v in new],
             )
         return new

@@ -136,7 +136,8 @@ def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool
 
 
 def _add_declared_parents(con: duckdb.DuckDBPyConnection) -> None:
-    """Migration: ``artifacts.parents_json``, the sorted [[parent_hash, relation], ...] a row was recorded with.
+    """Migration: ``artifacts.parents_json``, the sorted [[parent_hash, relation], ...] a row was recorded
+    with.
 
     ``verify`` compares it with the ``lineage`` edges to notice a deleted or added edge. A catalog made
     before the column existed gets it once, backfilled from its edges (then the only record of the
@@ -151,7 +152,8 @@ def _add_declared_parents(con: duckdb.DuckDBPyConnection) -> None:
         """
         UPDATE artifacts SET parents_json = declared.parents_json
         FROM (
-            SELECT child_hash, to_json(list([parent_hash, relation] ORDER BY parent_hash))::VARCHAR AS parents_json
+            SELECT child_hash,
+                   to_json(list([parent_hash, relation] ORDER BY parent_hash))::VARCHAR AS parents_json
             FROM lineage GROUP BY child_hash
         ) AS declared
         WHERE artifacts.content_hash = declared.child_hash

@@ -13,8 +13,8 @@ starts them; their command line is the contract:
 
 `--split` is the examples' split: a round's rollouts play "train", its evaluation "eval" (classic: the
 environment's `dataset` or `eval_dataset`, each falling back to the other; a v1 taskset has none).
-`--select` (v1) is verifiers' `SelectConfig` keys `include` / `exclude` / `skip`, which pick a taskset's tasks.
-A temperature of 0 is greedy decoding (the evaluation).
+`--select` (v1) is verifiers' `SelectConfig` keys `include` / `exclude` / `skip`, which pick a taskset's
+tasks. A temperature of 0 is greedy decoding (the evaluation).
 """
 
 from pathlib import Path

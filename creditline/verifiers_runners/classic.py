@@ -73,14 +73,31 @@ async def main() -> None:
             )
             inputs.append({**row, "info": {**info, ROLLOUT_KEY: k}})
     seed_every_call(env, args.seed)
-    client = ClientConfig(client_type="openai_chat_completions_token", api_base_url=args.base_url,
-                          api_key_var=API_KEY_VAR, max_retries=0, timeout=600.0)  # fmt: skip
-    sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens, "logprobs": True,
-                "extra_body": {"return_token_ids": True}}  # fmt: skip
+    client = ClientConfig(
+        client_type="openai_chat_completions_token",
+        api_base_url=args.base_url,
+        api_key_var=API_KEY_VAR,
+        max_retries=0,
+        timeout=600.0,
+    )
+    sampling = {
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
+        "logprobs": True,
+        "extra_body": {"return_token_ids": True},
+    }
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
-    result = await env.generate(inputs, client=client, model=args.model, sampling_args=sampling, max_concurrent=1,
-                                results_path=out, save_results=True, state_columns=["trajectory", "sampling_args"])  # fmt: skip
+    result = await env.generate(
+        inputs,
+        client=client,
+        model=args.model,
+        sampling_args=sampling,
+        max_concurrent=1,
+        results_path=out,
+        save_results=True,
+        state_columns=["trajectory", "sampling_args"],
+    )
     print(f"{args.env_id}: {len(result['outputs'])} rollouts of {len(chosen)} examples -> {out}", flush=True)
 
 

@@ -1,4 +1,5 @@
-"""The runners' shared command line (see `__init__.py`); imported by path, beside them, in the verifiers venv."""
+"""The runners' shared command line (see `__init__.py`); imported by path, beside them, in the verifiers
+venv."""
 
 from __future__ import annotations
 

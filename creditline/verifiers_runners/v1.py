@@ -39,15 +39,28 @@ def main() -> None:
     out = Path(args.out)
     with tempfile.TemporaryDirectory() as scratch:
         config = EvalConfig(
-            env=env, model=args.model,
-            client=TrainClientConfig(base_url=args.base_url, api_key_var=API_KEY_VAR,
-                                     renderer=DefaultRendererConfig(tool_parser="qwen3"),
-                                     renderer_model_name=str(Path(args.policy).resolve())),
+            env=env,
+            model=args.model,
+            client=TrainClientConfig(
+                base_url=args.base_url,
+                api_key_var=API_KEY_VAR,
+                renderer=DefaultRendererConfig(tool_parser="qwen3"),
+                renderer_model_name=str(Path(args.policy).resolve()),
+            ),
             sampling=SamplingConfig(temperature=args.temperature, max_tokens=args.max_tokens),
-            select={**json.loads(args.select), "shuffle": True, "seed": args.seed, "limit": args.num_examples},
-            num_rollouts=args.rollouts_per_example, max_concurrent=1, rich=None, push=False,
-            output_dir=Path(scratch), run={"name": "creditline"},
-        )  # fmt: skip
+            select={
+                **json.loads(args.select),
+                "shuffle": True,
+                "seed": args.seed,
+                "limit": args.num_examples,
+            },
+            num_rollouts=args.rollouts_per_example,
+            max_concurrent=1,
+            rich=None,
+            push=False,
+            output_dir=Path(scratch),
+            run={"name": "creditline"},
+        )
         episodes = asyncio.run(run_eval(config))
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(Path(scratch) / config.run.dir, out, ignore=shutil.ignore_patterns("logs"))
