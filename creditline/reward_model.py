@@ -43,6 +43,7 @@ from creditline.ids import derive_seed
 from creditline.policy import load_policy, load_tokenizer
 from creditline.stage_settings import RewardModelSettings
 from creditline.trainer import PackedBatch, micro_batches, pack
+from creditline.training_loop import adamw, minibatch_updates
 
 
 @dataclass(frozen=True)
@@ -178,41 +179,48 @@ def train_reward_model(
     if not np.isfinite(target).all():
         bad = int(np.flatnonzero(~np.isfinite(target))[0])
         raise ValueError(f"reward model: episode {bad}'s target ({kind.target}) is not a finite number")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
-    if optimizer_state is not None:
-        optimizer.load_state_dict(optimizer_state)
-        for group in optimizer.param_groups:
-            group["lr"] = settings.learning_rate
-    generator = torch.Generator().manual_seed(seed)
+    optimizer = adamw(model.parameters(), settings.learning_rate, 0.0, optimizer_state)
     n_episodes = len(target)
     by_episode = np.argsort(episode_of_row, kind="stable")  # rows grouped by episode
     rows_of = np.split(by_episode, np.cumsum(np.bincount(episode_of_row, minlength=n_episodes))[:-1])  # (E,)
+
+    def accumulate(chosen: np.ndarray) -> tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Add the part's ∂L/∂θ to .grad; (episodes, rows, L, z, y)."""
+        rows = np.concatenate([rows_of[e] for e in chosen])  # the part's step rows
+        local = np.repeat(np.arange(len(chosen)), [len(rows_of[e]) for e in chosen])  # row → part episode
+        y = torch.from_numpy(target[chosen])
+        loss, z = accumulate_gradient(
+            kind, model, batch, rows, local, y, context, settings.micro_batch_tokens
+        )
+        return len(chosen), len(rows), loss, z, y
+
+    split = lambda order: np.array_split(order.numpy(), min(settings.minibatches, n_episodes))  # noqa: E731
+    generator = torch.Generator().manual_seed(seed)
+    updates = minibatch_updates(
+        optimizer,
+        model.parameters,
+        n_episodes,
+        settings.epochs,
+        generator,
+        split,
+        accumulate,
+        settings.max_grad_norm,
+    )
     metrics = []
-    for epoch in range(settings.epochs):
-        order = torch.randperm(n_episodes, generator=generator).numpy()
-        for part, chosen in enumerate(np.array_split(order, min(settings.minibatches, n_episodes))):
-            rows = np.concatenate([rows_of[e] for e in chosen])  # the part's step rows
-            # row → part episode
-            local = np.repeat(np.arange(len(chosen)), [len(rows_of[e]) for e in chosen])
-            y = torch.from_numpy(target[chosen])
-            optimizer.zero_grad(set_to_none=True)
-            loss, z = accumulate_gradient(
-                kind, model, batch, rows, local, y, context, settings.micro_batch_tokens
-            )
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-            optimizer.step()
-            metrics.append(
-                {
-                    "epoch": epoch,
-                    "minibatch": part,
-                    "loss": float(loss),
-                    "grad_norm": float(grad_norm),
-                    "episodes": len(chosen),
-                    "rows": len(rows),
-                    "sum_mean": float(z.mean()),
-                    "target_mean": float(y.mean()),
-                }
-            )
+    for update in updates:
+        episodes, rows, loss, z, y = update.result
+        metrics.append(
+            {
+                "epoch": update.epoch,
+                "minibatch": update.minibatch,
+                "loss": float(loss),
+                "grad_norm": update.grad_norm,
+                "episodes": episodes,
+                "rows": rows,
+                "sum_mean": float(z.mean()),
+                "target_mean": float(y.mean()),
+            }
+        )
     model.eval()
     return metrics, optimizer.state_dict()
 

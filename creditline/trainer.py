@@ -56,6 +56,7 @@ from creditline.distributed import (
 from creditline.faults import failpoint
 from creditline.logprobs import completion_logprobs
 from creditline.stage_settings import TrainConfig
+from creditline.training_loop import adamw, minibatch_updates
 
 
 @dataclass(frozen=True)
@@ -248,88 +249,89 @@ def train(
     sharded = is_sharded(model)
     # sharded: the per-tensor AdamW
     # (CUDA's default multi-tensor one cannot mix DTensor blocks and whole tensors)
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=config.learning_rate,
-        weight_decay=config.weight_decay,
-        foreach=False if sharded else None,
-    )
-    if optimizer_state is not None:
-        if sharded:
-            optimizer_state = sharded_optimizer_state(optimizer_state, list(model.parameters()))
-        optimizer.load_state_dict(optimizer_state)
-        for group in optimizer.param_groups:
-            group["lr"] = config.learning_rate
-    generator = torch.Generator().manual_seed(seed)
+    if sharded and optimizer_state is not None:
+        optimizer_state = sharded_optimizer_state(optimizer_state, list(model.parameters()))
+    foreach = False if sharded else None
+    optimizer = adamw(model.parameters(), config.learning_rate, config.weight_decay, optimizer_state, foreach)
     rows = batch.input_ids.shape[0]
     lengths = batch.attention_mask.sum(1)
+
+    def accumulate(mb_rows: torch.Tensor) -> tuple[int, int, dict[str, float]]:
+        """Add the minibatch's ∂L/∂θ to .grad, this rank's share of its rows; (N tokens, rows, loss sums)."""
+        n_tokens = int(batch.completion_mask[mb_rows].sum())  # the whole minibatch's N, on every rank
+        rank_rows = mb_rows[rank::world]  # this rank's share (all of them in one process)
+        sums = dict.fromkeys(("loss", "entropy", "clipped", "approx_kl", "sampler_kl", "reference_kl"), 0.0)
+        for local in rank_micro_batches(lengths, mb_rows, config.micro_batch_tokens, sharded):
+            if local is None:
+                _idle_pass(model, batch, mb_rows[:1], config, temperature, top_p)
+                continue
+            micro = rank_rows[local]
+            logp, entropy, mask, length = rows_logprobs(
+                model, batch, micro, config, temperature, top_p, entropy_grad=config.entropy_coef > 0
+            )
+            sampled = _select(batch.old_logprobs, micro, length, mask, device)
+            old = sampled if trainer_old is None else _select(trainer_old, micro, length, mask, device)
+            terms, clipped = clipped_pg_terms(
+                logp, old, _select(batch.advantages, micro, length, mask, device), config.clip_eps
+            )
+            if trainer_old is not None:
+                terms = terms * (old - sampled).exp().clamp(max=config.tis_cap)
+            loss_sum = terms.sum()
+            if config.kl_coef > 0:
+                reference_kl = k3(_select(batch.reference_logprobs, micro, length, mask, device), logp)
+                loss_sum = loss_sum + config.kl_coef * reference_kl.sum()
+                sums["reference_kl"] += float(reference_kl.detach().sum())
+            if config.entropy_coef > 0:
+                loss_sum = loss_sum - config.entropy_coef * entropy.float().sum()
+            (loss_sum / max(n_tokens, 1)).backward()
+            detached = logp.detach()
+            sums["loss"] += float(loss_sum.detach())
+            sums["entropy"] += float(entropy.detach().float().sum())
+            sums["clipped"] += float(clipped.sum())
+            sampler_kl_sum = float(k3(detached, sampled).sum())  # KL(μ‖π_θ); π_θ = π_old at first
+            sums["sampler_kl"] += sampler_kl_sum
+            sums["approx_kl"] += (  # KL(π_old‖π_θ); π_old is μ without TIS
+                sampler_kl_sum if trainer_old is None else float(k3(detached, old).sum())
+            )
+        if world > 1:  # every rank now holds the one-process gradient and sums
+            sums = sum_update(model.parameters(), sums)
+        return n_tokens, len(mb_rows), sums
+
     metrics, sampler_kl = [], None
-    for epoch in range(config.epochs):
-        order = torch.randperm(rows, generator=generator)
-        for part, mb_rows in enumerate(torch.tensor_split(order, min(config.minibatches, rows))):
-            n_tokens = int(batch.completion_mask[mb_rows].sum())  # the whole minibatch's N, on every rank
-            rank_rows = mb_rows[rank::world]  # this rank's share (all of them in one process)
-            sums = dict.fromkeys(
-                ("loss", "entropy", "clipped", "approx_kl", "sampler_kl", "reference_kl"), 0.0
-            )
-            optimizer.zero_grad(set_to_none=True)
-            for local in rank_micro_batches(lengths, mb_rows, config.micro_batch_tokens, sharded):
-                if local is None:
-                    _idle_pass(model, batch, mb_rows[:1], config, temperature, top_p)
-                    continue
-                micro = rank_rows[local]
-                logp, entropy, mask, length = rows_logprobs(
-                    model, batch, micro, config, temperature, top_p, entropy_grad=config.entropy_coef > 0
-                )
-                sampled = _select(batch.old_logprobs, micro, length, mask, device)
-                old = sampled if trainer_old is None else _select(trainer_old, micro, length, mask, device)
-                terms, clipped = clipped_pg_terms(
-                    logp, old, _select(batch.advantages, micro, length, mask, device), config.clip_eps
-                )
-                if trainer_old is not None:
-                    terms = terms * (old - sampled).exp().clamp(max=config.tis_cap)
-                loss_sum = terms.sum()
-                if config.kl_coef > 0:
-                    reference_kl = k3(_select(batch.reference_logprobs, micro, length, mask, device), logp)
-                    loss_sum = loss_sum + config.kl_coef * reference_kl.sum()
-                    sums["reference_kl"] += float(reference_kl.detach().sum())
-                if config.entropy_coef > 0:
-                    loss_sum = loss_sum - config.entropy_coef * entropy.float().sum()
-                (loss_sum / max(n_tokens, 1)).backward()
-                detached = logp.detach()
-                sums["loss"] += float(loss_sum.detach())
-                sums["entropy"] += float(entropy.detach().float().sum())
-                sums["clipped"] += float(clipped.sum())
-                sampler_kl_sum = float(k3(detached, sampled).sum())  # KL(μ‖π_θ); π_θ = π_old at first
-                sums["sampler_kl"] += sampler_kl_sum
-                sums["approx_kl"] += (  # KL(π_old‖π_θ); π_old is μ without TIS
-                    sampler_kl_sum if trainer_old is None else float(k3(detached, old).sum())
-                )
-            if world > 1:  # every rank now holds the one-process gradient and sums
-                sums = sum_update(model.parameters(), sums)
-            if sharded:
-                grad_norm = clip_grad_norm(model.parameters(), config.max_grad_norm)
-            else:
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            failpoint("train:update")
-            mean = {key: value / max(n_tokens, 1) for key, value in sums.items()}
-            if sampler_kl is None:  # the first minibatch, before any update: the sampler/trainer mismatch
-                sampler_kl = mean["sampler_kl"]
-            metrics.append(
-                {
-                    "epoch": epoch,
-                    "minibatch": part,
-                    "loss": mean["loss"],
-                    "grad_norm": float(grad_norm),
-                    "entropy": mean["entropy"],
-                    "tokens": n_tokens,
-                    "rows": len(mb_rows),
-                    "clip_fraction": mean["clipped"],
-                    "approx_kl": mean["approx_kl"],
-                    "reference_kl": mean["reference_kl"],
-                }
-            )
+    split = lambda order: torch.tensor_split(order, min(config.minibatches, rows))  # noqa: E731
+    clip = clip_grad_norm if sharded else torch.nn.utils.clip_grad_norm_
+    generator = torch.Generator().manual_seed(seed)
+    updates = minibatch_updates(
+        optimizer,
+        model.parameters,
+        rows,
+        config.epochs,
+        generator,
+        split,
+        accumulate,
+        config.max_grad_norm,
+        clip,
+    )
+    for update in updates:
+        failpoint("train:update")
+        n_tokens, n_rows, sums = update.result
+        mean = {key: value / max(n_tokens, 1) for key, value in sums.items()}
+        if sampler_kl is None:  # the first minibatch, before any update: the sampler/trainer mismatch
+            sampler_kl = mean["sampler_kl"]
+        metrics.append(
+            {
+                "epoch": update.epoch,
+                "minibatch": update.minibatch,
+                "loss": mean["loss"],
+                "grad_norm": update.grad_norm,
+                "entropy": mean["entropy"],
+                "tokens": n_tokens,
+                "rows": n_rows,
+                "clip_fraction": mean["clipped"],
+                "approx_kl": mean["approx_kl"],
+                "reference_kl": mean["reference_kl"],
+            }
+        )
     if config.gradient_checkpointing:
         model.gradient_checkpointing_disable()
     model.eval()

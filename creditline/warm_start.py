@@ -28,7 +28,13 @@ from creditline.ids import derive_seed
 from creditline.rollout import run_episodes
 from creditline.stage_settings import WarmStartSettings
 from creditline.trainer import TrainConfig, micro_batches, pack, rows_logprobs, score
+from creditline.training_loop import adamw, minibatch_updates
 from creditline.turn_packing import merge_turns
+
+WEIGHT_DECAY = 0.01
+"""AdamW's default decoupled weight decay, which the warm start has always used."""
+MAX_GRAD_NORM = 1.0
+"""The gradient norm each step is clipped to."""
 
 DEMONSTRATION_EXPERIMENT = "warm-start"
 """The experiment name the demonstration episodes' ids are derived from (they are never stored)."""
@@ -98,21 +104,25 @@ def warm_start(
     )
     rows = batch.input_ids.shape[0]
     memory = TrainConfig()  # the trainer's micro-batch and log-prob chunk sizes
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
+    optimizer = adamw(model.parameters(), settings.learning_rate, WEIGHT_DECAY)
     generator = torch.Generator().manual_seed(derive_seed(seed, "warm-start", "order"))
     loss_before = _mean_nll(model, batch)
     model.train()
-    for _ in range(settings.epochs):
-        order = torch.randperm(rows, generator=generator)
-        for start in range(0, rows, settings.batch_rows):
-            index = order[start : start + settings.batch_rows]
-            optimizer.zero_grad(set_to_none=True)
-            tokens = batch.completion_mask[index].sum()
-            for part in micro_batches(batch.attention_mask[index].sum(-1), memory.micro_batch_tokens):
-                logp, *_ = rows_logprobs(model, batch, index[part], memory, temperature=1.0, top_p=1.0)
-                (-logp.sum() / tokens).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+
+    def accumulate(index: torch.Tensor) -> None:
+        """Add ∂/∂θ of the batch's mean next-token loss over its completion tokens to .grad."""
+        tokens = batch.completion_mask[index].sum()
+        for part in micro_batches(batch.attention_mask[index].sum(-1), memory.micro_batch_tokens):
+            logp, *_ = rows_logprobs(model, batch, index[part], memory, temperature=1.0, top_p=1.0)
+            (-logp.sum() / tokens).backward()
+
+    def split(order: torch.Tensor) -> list[torch.Tensor]:
+        return [order[start : start + settings.batch_rows] for start in range(0, rows, settings.batch_rows)]
+
+    for _ in minibatch_updates(
+        optimizer, model.parameters, rows, settings.epochs, generator, split, accumulate, MAX_GRAD_NORM
+    ):
+        pass  # the warm start keeps no per-step metrics: the loss before and after says what it did
     model.eval()
     return {"rows": float(len(steps)), "loss_before": loss_before, "loss_after": _mean_nll(model, batch)}
 
