@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
 from creditline.envs import UnknownEnvironment, environment_factory, make_env
+from creditline.errors import CreditlineError
 from creditline.param_kinds import is_number, kind_mismatch, whole_number
 from creditline.stage_settings import CHAT_FORMATS
 
@@ -88,7 +89,7 @@ RELATIONS = (
 """Fields whose check needs other fields or the file system (see the functions at the end)."""
 
 
-class ConfigError(ValueError):
+class ConfigError(CreditlineError, ValueError):
     """Everything wrong with a configuration: `problems` holds one line each, `str()` joins them."""
 
     def __init__(self, problems: Sequence[str]):

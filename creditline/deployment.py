@@ -43,6 +43,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from creditline.errors import CreditlineError
+
 DEPLOYMENT_ENV = "CREDITLINE_DEPLOYMENT"
 EXECUTORS = ("in_process", "multiprocess", "celery", "k8s")
 SHARDINGS = ("replicated", "fsdp")
@@ -102,7 +104,7 @@ class Deployment:
         return "local" if self.source == "local" else "server"
 
 
-class DeploymentError(ValueError):
+class DeploymentError(CreditlineError, ValueError):
     """A deployment file that cannot be used: names the file and the field."""
 
 

@@ -1,13 +1,16 @@
 """Deterministic identifiers and seeds.
 
 Every id is derived from (experiment, round, task, sample, step), never drawn at random, so the
-same inputs name the same rows in every re-run and content hashes are reproducible.
+same inputs name the same rows in every re-run and content hashes are reproducible. A value's identity
+(a config, an estimator's params, a rubric) is the hash of its canonical JSON, made by `canonical_hash`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from typing import Any
 
 
 def group_id(experiment: str, round_: int, task: int) -> str:
@@ -30,10 +33,45 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def stable_hash(obj: object, length: int = 16) -> str:
-    """sha256 of canonical JSON (sorted keys): equal configs give equal hashes."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
+def canonical_json(
+    obj: object,
+    *,
+    ensure_ascii: bool = False,
+    default: Callable[[Any], Any] | None = None,
+    allow_nan: bool = True,
+) -> str:
+    """JSON with sorted keys and no whitespace: equal values give equal strings (and hashes).
+
+    The keywords are `json.dumps`'s. The defaults are those of the catalog's JSON text and of config hashes:
+    non-ASCII kept as is, NaN written, a value JSON lacks refused (TypeError); `canonical_hash` says which
+    hashes differ."""
+    return json.dumps(
+        obj,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=ensure_ascii,
+        default=default,
+        allow_nan=allow_nan,
+    )
+
+
+def canonical_hash(
+    obj: object,
+    length: int = 16,
+    *,
+    ensure_ascii: bool = False,
+    default: Callable[[Any], Any] | None = None,
+    allow_nan: bool = True,
+) -> str:
+    """The first `length` hex digits of the sha256 of `canonical_json(obj, ...)` in UTF-8.
+
+    Every canonical-JSON hash of creditline is made here. Each kind keeps the keywords it was first made with,
+    since stored and pinned hashes depend on them (they differ only for non-ASCII text, values JSON lacks,
+    NaN): configs (`store.config_hash`) take the defaults; estimator params (`advantages.params_hash`) escape
+    non-ASCII and refuse NaN; rubric versions, response ids and imported rollouts' content escape non-ASCII
+    and hash `str()` of values JSON lacks."""
+    text = canonical_json(obj, ensure_ascii=ensure_ascii, default=default, allow_nan=allow_nan)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
 def branch_episode_id(source_episode_id: str, step_idx: int, continuation: int) -> str:

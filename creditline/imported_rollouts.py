@@ -98,7 +98,8 @@ class ImportedRollout:
     """`<file> line <n>`, for errors."""
 
     def content_hash(self) -> str:
-        return ids.stable_hash([self.reward, [(s.prompt_ids, s.completion_ids) for s in self.steps]])
+        steps = [(s.prompt_ids, s.completion_ids) for s in self.steps]
+        return ids.canonical_hash([self.reward, steps], ensure_ascii=True, default=str)
 
 
 STEP_LIMIT_CONDITIONS = {"max_turns_reached", "max_turns"}

@@ -14,11 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from creditline.config import ExperimentConfig
+from creditline.errors import CreditlineError
 from creditline.initial_policy import build_initial_policy
 from creditline.store import ArtifactRecord, LineageStore, check_on_disk, hashed_folder
 
 
-class ParentCheckpointError(RuntimeError):
+class ParentCheckpointError(CreditlineError, RuntimeError):
     """The parent checkpoint is missing, or differs from the one recorded."""
 
 

@@ -39,7 +39,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from creditline.ids import stable_hash
+from creditline.ids import canonical_hash
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ class Rubric:
     @property
     def version(self) -> str:
         """`<name>-<8 hex>`: a stable hash of the whole definition (also a valid partition key)."""
-        return f"{self.name}-{stable_hash([c.definition() for c in self.criteria], 8)}"
+        digest = canonical_hash([c.definition() for c in self.criteria], 8, ensure_ascii=True, default=str)
+        return f"{self.name}-{digest}"
 
     def score(self, episodes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         return score(self, episodes, steps)
@@ -84,7 +85,8 @@ class RubricGroup:
 
     @property
     def version(self) -> str:
-        return f"{self.name}-{stable_hash([m.version for m in self.members], 8)}"
+        digest = canonical_hash([m.version for m in self.members], 8, ensure_ascii=True, default=str)
+        return f"{self.name}-{digest}"
 
     def score(self, episodes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         return score(self, episodes, steps)

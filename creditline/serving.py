@@ -42,7 +42,7 @@ from typing import Any
 
 from creditline.engines.base import Completion, Engine
 from creditline.engines.stop_strings import stop_end
-from creditline.ids import derive_seed, stable_hash
+from creditline.ids import canonical_hash, derive_seed
 from creditline.serving_requests import (
     RequestError,
     SamplingRequest,
@@ -348,7 +348,7 @@ def completion(server: PolicyServer, request: dict, seed: int) -> dict:
 def response_id(request: dict, seed: int) -> str:
     """A response's id, from the request and the seed it was answered with: the same request sequence
     gives the same ids (ids derive from their inputs, never drawn at random)."""
-    return stable_hash([request, seed], 32)
+    return canonical_hash([request, seed], 32, ensure_ascii=True, default=str)
 
 
 def generate_tokens(server: PolicyServer, request: dict, seed: int) -> dict:

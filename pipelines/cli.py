@@ -13,8 +13,9 @@
     creditline serve --policy FOLDER | --experiment NAME [--round N] [--engine torch|vllm] [--port P]
 
 Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`) and
-`--debug` (tracebacks instead of one-line errors). Expected errors (a bad config, argument or input
-file, a failed blocking check) print `error: ...` lines and exit 2; a failed round exits 1.
+`--debug` (tracebacks instead of one-line errors). Expected errors (a `creditline.errors.CreditlineError`: a
+bad config, argument or input file, a failed blocking check) print `error: ...` lines and exit 2; a failed
+round exits 1.
 `--experiment` defaults to the default experiment's name, `--round` to the newest round.
 
 Each command imports what it uses, when it runs: `--help`, `report` and `lineage` read the DuckDB catalog
@@ -25,7 +26,6 @@ bench-startup` times them).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import signal
@@ -36,6 +36,7 @@ from pathlib import Path
 from creditline.config import MAX_ROUNDS, ExperimentConfig, load_config, registration
 from creditline.config_checks import field_default
 from creditline.deployment import load_deployment, redact
+from creditline.errors import CreditlineError
 from creditline.store import LineageStore
 from creditline.store.connection import is_postgres
 from creditline.store.data_root import DATA_ROOT_ENV, default_data_root, open_store
@@ -44,7 +45,7 @@ from pipelines.reachability import check_reachable
 DEFAULT_EXPERIMENT = field_default(ExperimentConfig, "name")
 
 
-class UsageError(ValueError):
+class UsageError(CreditlineError, ValueError):
     """A command-line argument that cannot be used; printed as one line, exit 2."""
 
 
@@ -171,12 +172,12 @@ def _run_round(args, instance, store, experiment: str, round_: int, rounds: int)
 
 
 def _round_failed(args, experiment: str, round_: int, result) -> int:
-    """Say why a round failed: a failed blocking check, or a step failed with an expected error class (a
-    changed input, say), is an expected error (exit 2); anything else a failed round (exit 1)."""
+    """Say why a round failed: a failed blocking check, or a step failed with a `CreditlineError` (a changed
+    input, say), is an expected error (exit 2); anything else a failed round (exit 1)."""
     from pipelines.reaper import close_round_tracking
-    from pipelines.round_runner import RoundStopped, failure_lines, stopped_by_checks
+    from pipelines.round_runner import RoundStopped, expected_failures, failure_lines, stopped_by_checks
 
-    expected = {cls.__name__ for cls in _expected_errors()}
+    expected = expected_failures(result)
     lines = failure_lines(result, args.debug, expected) or ["see the run in the Dagster UI"]
     try:
         close_round_tracking(args.data_root, experiment, round_, "FAILED")
@@ -906,34 +907,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-EXPECTED_ERRORS = {
-    "pipelines.round_runner": ("RoundStopped",),
-    "creditline.config_checks": ("ConfigError",),
-    "creditline.store.errors": ("ExperimentConfigMismatch", "StoreLockedError", "CatalogTooNewError",
-                                "CatalogUnreachableError", "CatalogDamagedError", "TrackingStoreError",
-                                "ChangedInputError"),
-    "creditline.store.leases": ("LeaseHeldError",),
-    "creditline.lineage_chain": ("ParentCheckpointError",),
-    "schemas.validate": ("TableValidationError",),
-    "creditline.advantages.table": ("AdvantageInputError",),
-    "creditline.deployment": ("DeploymentError",),
-    "pipelines.reachability": ("StoreUnreachable",),
-}  # fmt: skip
-"""Failures a user causes and can fix (besides `UsageError`), by the module that defines them: one line each,
-exit 2 (everything else is a bug)."""
-
-
-def _expected_errors(imported_only: bool = False) -> tuple[type[BaseException], ...]:
-    """`UsageError` and the classes of EXPECTED_ERRORS. `imported_only`: only those whose module this process
-    has imported: an exception can only be raised once its class's module is, so catching one imports nothing
-    the command did not (a `report`'s one-line error costs no import of Dagster or pandera)."""
-    found: list[type[BaseException]] = [UsageError]
-    for module, names in EXPECTED_ERRORS.items():
-        loaded = sys.modules.get(module) if imported_only else importlib.import_module(module)
-        found += [getattr(loaded, name) for name in names] if loaded is not None else []
-    return tuple(found)
-
-
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -963,7 +936,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: a round left incomplete is completed by `creditline run` again", file=sys.stderr)
         return 130
-    except _expected_errors(imported_only=True) as exc:
+    except CreditlineError as exc:  # a failure the user can fix: its message alone
         if args.debug:
             raise
         for line in str(exc).splitlines() or [type(exc).__name__]:

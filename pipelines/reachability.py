@@ -11,11 +11,12 @@ import urllib.error
 import urllib.request
 
 from creditline.deployment import Deployment, redact
+from creditline.errors import CreditlineError
 
 TIMEOUT_S = 5
 
 
-class StoreUnreachable(ConnectionError):
+class StoreUnreachable(CreditlineError, ConnectionError):
     """A server named by the deployment did not answer; says which setting, which address and why."""
 
     def __init__(self, deployment: Deployment, setting: str, uri: str, reason: str) -> None:

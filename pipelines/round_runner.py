@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import signal
 import threading
@@ -23,6 +24,7 @@ from pathlib import Path
 import dagster as dg
 
 from creditline.deployment import load_deployment
+from creditline.errors import CreditlineError
 from resources.lineage import PROCESS_TAG
 
 
@@ -244,7 +246,7 @@ def refuse_if_in_flight(instance, experiment: str) -> None:
             )
 
 
-class RoundStopped(RuntimeError):
+class RoundStopped(CreditlineError, RuntimeError):
     """A blocking check failed: the round stopped before training on bad data (an expected failure)."""
 
 
@@ -291,6 +293,39 @@ def _innermost(error):
     while error.cause is not None:
         error = error.cause
     return error
+
+
+PACKAGES = ("creditline", "pipelines", "assets", "resources", "schemas")
+"""This project's packages: the only modules `expected_failures` imports to find a failure's class."""
+
+
+def expected_failures(result) -> set[str]:
+    """The class names of the failed steps' innermost errors that are `CreditlineError`s (a changed input, a
+    table breaking its schema), for `failure_lines` and `stopped_by_checks`. Dagster keeps an error's class
+    name and message, not its class; the message starts with the class's qualified name (`pkg.module.Class:
+    text`), so the class is looked up in its module, imported if a step's process imported it and this one
+    did not."""
+    names = set()
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = _innermost(event.event_specific_data.error)
+            cls = _error_class(error)
+            if cls is not None and issubclass(cls, CreditlineError):
+                names.add(error.cls_name)
+    return names
+
+
+def _error_class(error) -> type | None:
+    """The class a Dagster error names, when one of this project's modules defines it; else None."""
+    head = (error.message.strip().splitlines() or [""])[0].partition(": ")[0]
+    module, _, name = head.rpartition(".")
+    if name != error.cls_name or module.split(".")[0] not in PACKAGES:
+        return None
+    try:
+        cls = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    return cls if isinstance(cls, type) else None
 
 
 def root_message(error, with_class: bool = True) -> str:

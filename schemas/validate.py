@@ -6,8 +6,10 @@ import pandas as pd
 import pandera.errors as pa_errors
 import pandera.pandas as pa
 
+from creditline.errors import CreditlineError
 
-class TableValidationError(ValueError):
+
+class TableValidationError(CreditlineError, ValueError):
     """A table broke its schema; the message names the table, the columns, rows and values."""
 
 

@@ -14,9 +14,7 @@ meaning something else. ``presets(name)`` and ``available()`` list them.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -24,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from creditline.ids import canonical_hash
 from creditline.param_kinds import kind_mismatch
 
 from .conventions import CREDITLINE, PRESETS, Conventions
@@ -180,5 +179,4 @@ def params_hash(estimator: str, params: Mapping[str, Any] | None = None) -> str:
     conventions expanded to their fields), JSON with sorted keys."""
     _, full, conv = resolve(estimator, dict(params or {}))
     payload = {"estimator": estimator, "params": _jsonable(full), "conventions": _jsonable(conv.as_dict())}
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return canonical_hash(payload, ensure_ascii=True, allow_nan=False)

@@ -25,13 +25,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from creditline.errors import CreditlineError
+
 ID_COLUMNS = ("group_id", "episode_id", "anchor_key")
 REQUIRED_COLUMNS = ("group_id", "episode_id", "step_idx", "anchor_key", "step_reward", "episode_reward")
 LENGTH_COLUMN = "completion_length"
 IdsFn = Callable[[int], dict[str, Any]]
 
 
-class AdvantageInputError(ValueError):
+class AdvantageInputError(CreditlineError, ValueError):
     """The step table breaks the input contract (the message names the column and a row)."""
 
 

@@ -4,11 +4,11 @@
 artifact came from which. Neither knows about Dagster or MLflow: assets call them.
 """
 
+from creditline.ids import canonical_json
 from creditline.store.connection import RetryPolicy, is_lock_error
 from creditline.store.errors import ExperimentConfigMismatch, StoreLockedError
 from creditline.store.files import (
     atomic_directory,
-    canonical_json,
     config_hash,
     directory_manifest,
     hash_directory,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from creditline.errors import CreditlineError
 
-class ExperimentConfigMismatch(ValueError):
+
+class ExperimentConfigMismatch(CreditlineError, ValueError):
     """An experiment name is already registered with a different configuration.
 
     Results of two configurations must never share a name (their rounds would interleave in lineage),
@@ -20,7 +22,7 @@ class ExperimentConfigMismatch(ValueError):
         )
 
 
-class StoreLockedError(TimeoutError):
+class StoreLockedError(CreditlineError, TimeoutError):
     """The DuckDB file stayed locked by another writer for longer than the store is willing to wait."""
 
     def __init__(self, path: str, waited_s: float, attempts: int, last_error: BaseException) -> None:
@@ -43,7 +45,7 @@ class StoreLockedError(TimeoutError):
             )
 
 
-class CatalogTooNewError(ValueError):
+class CatalogTooNewError(CreditlineError, ValueError):
     """The catalog file was written by a newer DuckDB than the one installed, which cannot read it.
 
     creditline pinned DuckDB 2.0.0 until the server profile needed 1.5.5 (the newest with its extensions on
@@ -59,12 +61,12 @@ class CatalogTooNewError(ValueError):
         )
 
 
-class CatalogUnreachableError(ConnectionError):
+class CatalogUnreachableError(CreditlineError, ConnectionError):
     """The Postgres lineage catalog could not be attached (down, refused, wrong credentials); password
     hidden."""
 
 
-class CatalogDamagedError(RuntimeError):
+class CatalogDamagedError(CreditlineError, RuntimeError):
     """The DuckDB catalog file exists but DuckDB cannot open it: truncated, overwritten, or not a catalog at
     all."""
 
@@ -77,7 +79,7 @@ class CatalogDamagedError(RuntimeError):
         )
 
 
-class TrackingStoreError(RuntimeError):
+class TrackingStoreError(CreditlineError, RuntimeError):
     """The embedded MLflow tracking store (`<data_root>/mlflow.db`) cannot be read or written."""
 
     def __init__(self, path: str, detail: str) -> None:
@@ -88,5 +90,5 @@ class TrackingStoreError(RuntimeError):
         )
 
 
-class ChangedInputError(ValueError):
+class ChangedInputError(CreditlineError, ValueError):
     """A recorded input is missing, or its bytes no longer hash to its record: refused rather than read."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from creditline.faults import failpoint
+from creditline.ids import canonical_hash
 from creditline.store.records import FileRecord
 
 if TYPE_CHECKING:  # imported by the Parquet functions when called: reading the catalog needs neither
@@ -118,14 +119,9 @@ def hash_path(path: PathLike) -> str:
     raise FileNotFoundError(f"no file or directory at {p}")
 
 
-def canonical_json(obj: Any) -> str:
-    """JSON with sorted keys and no whitespace: equal values give equal strings (and hashes)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def config_hash(config: Any) -> str:
     """Short (16 hex) sha256 of a configuration's canonical JSON, to name and compare configs."""
-    return hashlib.sha256(canonical_json(config).encode("utf-8")).hexdigest()[:16]
+    return canonical_hash(config)
 
 
 # --- atomic writes -----------------------------------------------------------------------------------

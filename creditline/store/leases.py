@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
+from creditline.errors import CreditlineError
 from creditline.liveness import ProcessId, is_alive, this_process
 from creditline.store.lineage import LineageStore
 
@@ -25,7 +26,7 @@ LEASE_TTL_S = 60.0
 HEARTBEAT_S = 10.0
 
 
-class LeaseHeldError(RuntimeError):
+class LeaseHeldError(CreditlineError, RuntimeError):
     """The experiment's lease belongs to another live process."""
 
 

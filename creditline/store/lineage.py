@@ -31,6 +31,7 @@ import duckdb
 
 from creditline.deployment import redact
 from creditline.faults import failpoint
+from creditline.ids import canonical_json
 from creditline.store.connection import (
     RetryPolicy,
     held_connection,
@@ -40,7 +41,6 @@ from creditline.store.connection import (
 )
 from creditline.store.errors import ExperimentConfigMismatch
 from creditline.store.files import (
-    canonical_json,
     config_hash,
     directory_manifest,
     hash_path,

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from creditline.store.files import canonical_json
+from creditline.ids import canonical_json
 from creditline.store.lineage import LineageStore
 from creditline.store.records import Problem
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from creditline.store.files import canonical_json
+from creditline.ids import canonical_json
 from creditline.store.lineage import LineageStore
 
 if TYPE_CHECKING:

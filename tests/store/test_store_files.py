@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from datetime import date
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from creditline.ids import canonical_hash
 from creditline.store import files
 from creditline.store.files import (
     atomic_directory,
@@ -169,3 +171,18 @@ def test_write_json_atomic_is_canonical(tmp_path: Path) -> None:
     assert _leftovers(tmp_path) == []
     assert config_hash({"b": 1, "a": 2}) == config_hash({"a": 2, "b": 1})
     assert len(config_hash({})) == 16
+
+
+def test_each_kind_of_canonical_hash_keeps_its_keywords() -> None:
+    """The kinds of hash differ only for non-ASCII text, values JSON lacks and NaN; each is stored or pinned, so
+    each keeps the keywords it was made with (pinned: the values `json.dumps` and sha256 gave before
+    `canonical_hash` made them all)."""
+    text = {"name": "café ✓", "lr": 1e-05}
+    assert config_hash(text) == canonical_hash(text) == "29ad479e20f3bea3"  # non-ASCII kept
+    assert canonical_hash(text, ensure_ascii=True, allow_nan=False) == "d60e2d855cfb3856"  # params_hash's
+    day = {"name": "café ✓", "day": date(2024, 1, 2)}
+    assert canonical_hash(day, ensure_ascii=True, default=str) == "84d054f42554e5a1"  # rubric versions'
+    with pytest.raises(TypeError):
+        config_hash(day)
+    with pytest.raises(ValueError):
+        canonical_hash({"gamma": float("nan")}, ensure_ascii=True, allow_nan=False)
