@@ -6,9 +6,9 @@
     creditline verify [--experiment NAME] [--json]
     creditline register [--experiment NAME] [--config FILE]
     creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
-    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet] --out
-    OUT.parquet creditline export [--experiment NAME] [--round R] --format
-    pr941|prime-rl|verifiers-v1|prime-rl-rollouts
+    creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet]
+                          [--sample-filter prof --episodes E.parquet] --out OUT.parquet
+    creditline export [--experiment NAME] [--round R] --format pr941|prime-rl|verifiers-v1|prime-rl-rollouts
                       [--rubric VERSION] --out FILE.jsonl|DIR
     creditline serve --policy FOLDER | --experiment NAME [--round N] [--engine torch|vllm] [--port P]
 
