@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import cast
 
 from creditline.store import ArtifactRecord, LineageNode, LineageStore, Problem, check_on_disk
 from creditline.store.lineage import UNVERIFIABLE, consumer_problems
+from creditline.store.records import ProblemKind
 from creditline.store.rounds import tracking_runs
 
 KIND_ORDER = [
@@ -168,10 +170,13 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
     record = store.artifact(experiment, round_, "checkpoint") if round_ is not None else None
     if record is None:
         return None
+    assert round_ is not None  # a record was found for it
     # A round has one MLflow run (created once, recorded in `tracking_runs`), whichever attempt wrote an
     # artifact: a stage reused after a kill keeps the killed attempt's Dagster run id.
     by_round = {r: run_id for r, run_id in tracking_runs(store, experiment).items() if r >= 1}
-    by_run = {(r.dagster_run_id, r.round): r.mlflow_run_id for r in store.runs(experiment)}
+    by_run: dict[tuple[str | None, int], str | None] = {
+        (r.dagster_run_id, r.round): r.mlflow_run_id for r in store.runs(experiment)
+    }
 
     def entry(artifact: ArtifactRecord, relation: str) -> AuditEntry:
         return AuditEntry(
@@ -214,8 +219,10 @@ def _catalog_problems(store: LineageStore, experiment: str, entries: list[AuditE
     re-read)."""
     paths = {e.path for e in entries if e.path}
     hashes = {e.content_hash for e in entries}
-    unverifiable = [
-        Problem(e.on_disk, e.path, e.content_hash, None, "") for e in entries if e.on_disk in UNVERIFIABLE
+    unverifiable = [  # an `on_disk` in UNVERIFIABLE is a problem kind
+        Problem(cast(ProblemKind, e.on_disk), e.path, e.content_hash, None, "")
+        for e in entries
+        if e.on_disk in UNVERIFIABLE
     ]
     found = consumer_problems(store.artifacts(experiment), unverifiable) + store.edge_problems(experiment)
     return tuple(f"{p.kind}: {p.detail}" for p in found if p.path in paths or p.expected_hash in hashes)

@@ -39,6 +39,7 @@ import copy
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,7 @@ import pandas as pd
 from creditline import ids
 from creditline.conversation import Conversation
 from creditline.engines.base import Completion, Engine, SamplingParams
-from creditline.envs.base import Environment, Observation
+from creditline.envs.base import Environment, Observation, SnapshotEnvironment
 from creditline.rollout import (
     LiveEpisode,
     RolloutTables,
@@ -58,7 +59,7 @@ from creditline.rollout import (
 from creditline.stage_settings import BranchSettings
 
 
-def can_snapshot(env: Environment) -> bool:
+def can_snapshot(env: Environment) -> TypeGuard[SnapshotEnvironment]:
     """True when `env` offers snapshot() and restore(state) (else branching replays recorded actions)."""
     return callable(getattr(env, "snapshot", None)) and callable(getattr(env, "restore", None))
 
@@ -141,6 +142,7 @@ def restart(
     source = recorded.at[0, "episode_id"]
     env = env_factory()
     if snapshot is not None:
+        assert can_snapshot(env), "a snapshot is taken only of an environment that can restore it"
         observation = env.restore(snapshot)
     else:
         observation = env.reset(int(recorded.at[0, "task_id"]), reset_seed)

@@ -334,7 +334,7 @@ def describe_toml_error(exc: tomllib.TOMLDecodeError, text: str) -> str:
     message."""
     source_lines = text.splitlines() or [""]
     match = _TOML_AT.fullmatch(str(exc))
-    if hasattr(exc, "lineno"):
+    if hasattr(exc, "lineno") and hasattr(exc, "colno") and hasattr(exc, "msg"):  # all three, or none
         line, column, what = exc.lineno, exc.colno, exc.msg
     elif match and match["line"]:
         line, column, what = int(match["line"]), int(match["column"]), match["msg"]

@@ -237,7 +237,9 @@ def type_hints(cls: type) -> dict[str, Any]:
 @functools.cache
 def sections(cls: type) -> dict[str, type]:
     """{field name: dataclass} for the fields of `cls` that are themselves config dataclasses."""
-    return {name: hint for name, hint in type_hints(cls).items() if is_dataclass(hint)}
+    return {
+        name: hint for name, hint in type_hints(cls).items() if isinstance(hint, type) and is_dataclass(hint)
+    }
 
 
 def check_fields(
@@ -652,7 +654,11 @@ def field_default(cls: type, path: str) -> Any:
     """The default of a dotted field, e.g. "env.params" of ExperimentConfig (without building `cls`)."""
     first, *rest = path.split(".")
     declared = next(f for f in fields(cls) if f.name == first)
-    value = declared.default_factory() if declared.default is MISSING else declared.default
+    if declared.default is not MISSING:
+        value = declared.default
+    else:
+        assert callable(declared.default_factory), f"{path}: {first} has no default"
+        value = declared.default_factory()
     for name in rest:
         value = getattr(value, name)
     return value

@@ -127,4 +127,5 @@ def _diverging(value: float) -> tuple[int, int, int]:
     """Blue (−1) through white (0) to red (+1); `value` clipped to [−1, 1]."""
     v = min(max(value, -1.0), 1.0)
     far = (59, 76, 192) if v < 0 else (180, 4, 38)
-    return tuple(round(255 + (c - 255) * abs(v)) for c in far)
+    red, green, blue = (round(255 + (c - 255) * abs(v)) for c in far)
+    return red, green, blue

@@ -168,15 +168,15 @@ def _check(deployment: Deployment) -> None:
     ):
         if not isinstance(value, str):
             fail(where, f"must be a string, not {value!r}")
-    for where, value, low in (
+    for where, number, low in (
         ("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
         ("[dagster] gpus", deployment.dagster.gpus, 1),
         ("[dagster] max_concurrent_runs", deployment.dagster.max_concurrent_runs, 1),
         ("[training] processes", deployment.train_processes, 1),
         ("[generation] tensor_parallel_size", deployment.tensor_parallel_size, 0),
     ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            fail(where, f"must be a whole number ≥ {low}, not {value!r}")
+        if not isinstance(number, int) or isinstance(number, bool) or number < low:
+            fail(where, f"must be a whole number ≥ {low}, not {number!r}")
     if deployment.storage_uri and not deployment.catalog:
         fail(
             "[storage] uri",

@@ -76,10 +76,10 @@ def sum_update(parameters: Iterable[torch.nn.Parameter], sums: dict[str, float])
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     for bucket in _buckets(summed):
-        flat = torch.cat([p.grad.reshape(-1) for p in bucket])  # (Σ numel,)
+        flat = torch.cat([_grad(p).reshape(-1) for p in bucket])  # (Σ numel,)
         dist.all_reduce(flat)
         for p, part in zip(bucket, flat.split([p.numel() for p in bucket]), strict=True):
-            p.grad.copy_(part.view_as(p.grad))
+            _grad(p).copy_(part.view_as(_grad(p)))
     return dict(zip(sums, values[: len(sums)], strict=True))
 
 
@@ -102,13 +102,13 @@ def shard_blocks(model: torch.nn.Module, device: str | torch.device) -> None:
     # gloo ranks on a GPU host keep their shards on the CPU
     mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
     for block in blocks:
-        fully_shard(
+        sharded = fully_shard(
             block, mesh=mesh, reshard_after_forward=True
-        )  # each block is a root: whole only while it runs
+        )  # each block is a root: whole only while it runs; `sharded` is `block`, now an FSDPModule
         # the SUM over ranks, as `sum_update` (FSDP's default is the mean),
         # as a plain SUM (gloo has no PREMUL_SUM)
-        block.set_gradient_divide_factor(1.0)
-        block.set_force_sum_reduction_for_comms(True)
+        sharded.set_gradient_divide_factor(1.0)
+        sharded.set_force_sum_reduction_for_comms(True)
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -188,12 +188,18 @@ def sum_rows(table: torch.Tensor, device: torch.device) -> torch.Tensor:
     return shared.cpu()
 
 
+def _grad(p: torch.nn.Parameter) -> torch.Tensor:
+    """`p`'s gradient, which every parameter `sum_update` reduces has (it gives zeros to the others)."""
+    assert p.grad is not None
+    return p.grad
+
+
 def _buckets(params: list[torch.nn.Parameter]) -> Iterator[list[torch.nn.Parameter]]:
     """Consecutive parameters of one dtype, at most `BUCKET_ELEMENTS` per bucket (a larger one alone)."""
     bucket: list[torch.nn.Parameter] = []
     size = 0
     for p in params:
-        if bucket and (p.grad.dtype != bucket[0].grad.dtype or size + p.numel() > BUCKET_ELEMENTS):
+        if bucket and (_grad(p).dtype != _grad(bucket[0]).dtype or size + p.numel() > BUCKET_ELEMENTS):
             yield bucket
             bucket, size = [], 0
         bucket.append(p)

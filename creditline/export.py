@@ -65,14 +65,16 @@ def export_lines(
     if format_ == "verifiers-v1" and (source is None or source_format != "v1" or "source_ref" not in steps):
         raise ValueError(f"round {round_} was not imported from verifiers v1 traces: nothing to fill")
     rows = _joined(steps, scores, advantages)
+    records: Iterator[dict] | Iterator[list]
     if format_ == "verifiers-v1":
+        assert source is not None  # refused above otherwise
         yield from fill_advantages(
             source, dict(zip(rows["source_ref"], rows["completion_advantages"], strict=True))
         )
         return
     if format_ == "pr941":
         imported = source is not None and "source_ref" in rows
-        lines = source_lines(source) if imported else {}
+        lines = source_lines(source) if imported and source is not None else {}
         messages = source_messages(rows, lines, source_format) if imported else rebuilt_messages(rows, system)
         provenance = {
             r["episode_id"]: _source(experiment, round_, r)

@@ -108,7 +108,7 @@ def pr941_records(
 def played_rollout_fields(rows: pd.DataFrame) -> dict[str, dict]:
     """episode_id → the rollout-level fields of an episode played here (see the module doc); `rows` in
     play order."""
-    out = {}
+    out: dict[str, dict] = {}
     for episode_id, episode in rows.groupby("episode_id", sort=False):
         last = episode.iloc[-1]
         ended = "done" if last["done"] else "step_limit" if last["truncated"] else "context_limit"
@@ -289,7 +289,8 @@ def assistant_message(action: str) -> dict:
 
 def rebuilt_messages(rows: pd.DataFrame, system: str | None) -> list[tuple[list, list]]:
     """(prompt, completion) messages of each row of a round played here (see the module doc)."""
-    out, state = [], {}
+    out: list[tuple[list, list]] = []
+    state: dict[str, tuple[list[int], list]] = {}
     for row in rows.to_dict("records"):
         previous = state.get(row["episode_id"])
         completion = [assistant_message(row["action"])]

@@ -21,12 +21,16 @@ the padding after them is masked out.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
 import torch
 
 from creditline.trainer import TrainConfig, pack, score
+
+if TYPE_CHECKING:
+    from creditline.envs.base import Environment, GoldAnswerEnvironment
 
 DEFAULT_TOKEN_BUDGET = 16_384
 
@@ -74,7 +78,7 @@ def gold_logprobs(
 def with_gold_logprobs(
     engine,
     tokenizer,
-    env_factory: Callable[[], object],
+    env_factory: Callable[[], Environment],
     steps: pd.DataFrame,
     reset_seed: Callable[[int, int], int],
 ) -> pd.DataFrame:
@@ -90,7 +94,8 @@ def with_gold_logprobs(
         )
     answers: dict[tuple[int, int], str] = {}
     for task, sample in steps[["task_id", "sample_idx"]].drop_duplicates().itertuples(index=False):
-        env = env_factory()
+        # config_checks refuses IGPO for an environment without gold_answer()
+        env = cast("GoldAnswerEnvironment", env_factory())
         env.reset(int(task), reset_seed(int(task), int(sample)))
         answers[(int(task), int(sample))] = env.gold_answer()
     per_row = [answers[(int(t), int(s))] for t, s in zip(steps["task_id"], steps["sample_idx"], strict=True)]

@@ -42,6 +42,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import pandas as pd
 
@@ -231,7 +232,15 @@ def float_list(value, where: str, field: str) -> list[float]:
     return [number(v, where, f"{field}[{i}]") for i, v in enumerate(value)]
 
 
-def sampling_settings(args, where: str, field: str, for_training: bool = True) -> dict[str, float | None]:
+class SamplingSettings(TypedDict):
+    """A call's saved sampling settings (the `ImportedStep` fields of the same names); None where absent."""
+
+    temperature: float | None
+    top_p: float | None
+    top_k: float | None
+
+
+def sampling_settings(args, where: str, field: str, for_training: bool = True) -> SamplingSettings:
     """`temperature`, `top_p`, `top_k` from a call's sampling arguments (OpenAI keys, vLLM's in
     `extra_body` too); None where absent. A temperature ≤ 0 (greedy decoding) is refused `for_training`: its
     log-probs are not a distribution's the trainer can reproduce (an evaluation's rollouts may be greedy)."""
@@ -239,8 +248,8 @@ def sampling_settings(args, where: str, field: str, for_training: bool = True) -
         return {"temperature": None, "top_p": None, "top_k": None}
     if not isinstance(args, dict):
         raise SourceError(where, field, "expected an object of sampling arguments")
-    extra = args.get("extra_body") if isinstance(args.get("extra_body"), dict) else {}
-    out = {}
+    extra = args["extra_body"] if isinstance(args.get("extra_body"), dict) else {}
+    out: dict[str, float | None] = {}
     for name in ("temperature", "top_p", "top_k"):
         value = args.get(name, extra.get(name))
         out[name] = None if value is None else number(value, where, f"{field}.{name}")
@@ -253,7 +262,7 @@ def sampling_settings(args, where: str, field: str, for_training: bool = True) -
         )
     if out["top_p"] is not None and not 0 < out["top_p"] <= 1:
         raise SourceError(where, f"{field}.top_p", f"{out['top_p']:g}: expected a value in (0, 1]")
-    return out
+    return SamplingSettings(temperature=out["temperature"], top_p=out["top_p"], top_k=out["top_k"])
 
 
 def read_json_lines(path) -> list[tuple[int, dict]]:

@@ -76,7 +76,7 @@ def completion_logprobs(
     in the loss); otherwise it is a detached metric.
     """
     decoder, head = _body_and_head(model)
-    if decoder is None:
+    if decoder is None or head is None:  # both or neither
         logp, entropy = full_vocab_logprobs(model, input_ids, attention_mask, temperature, top_p)
         return logp[target_mask], (entropy[target_mask] if entropy_grad else entropy[target_mask].detach())
     hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (R, L, H)
@@ -123,7 +123,8 @@ def _chunk(
 def _body_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module | None, torch.nn.Module | None]:
     """The transformer body (returns `last_hidden_state`, final norm applied) and the LM head."""
     get_decoder = getattr(model, "get_decoder", None)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    # an HF model's method, which torch's `Module.__getattr__` stub types as `Tensor | Module`
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None  # type: ignore[operator]
     decoder = get_decoder() if callable(get_decoder) else None
     if decoder is None or head is None or decoder is model:
         return None, None

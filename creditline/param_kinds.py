@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import sys
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def is_bool(value: Any) -> bool:
@@ -33,7 +33,9 @@ def whole_number(value: Any) -> int | None:
     return None
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
+    """A real number (an int, a float, numpy's), not a bool (a float to the type checker, which takes an int
+    for one)."""
     return isinstance(value, Real) and not is_bool(value)
 
 

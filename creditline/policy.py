@@ -12,6 +12,7 @@ observation word is one token, so a completion of one token is one action.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from transformers import (
     AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
+    PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
 
@@ -59,7 +61,7 @@ def build_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
 
 
 def build_tiny_policy(
-    folder: str | Path, config: TinyPolicyConfig = TinyPolicyConfig(), extra_words: list[str] = ()
+    folder: str | Path, config: TinyPolicyConfig = TinyPolicyConfig(), extra_words: Sequence[str] = ()
 ) -> Path:
     """Write the built-in random policy as a checkpoint folder (atomically) and return its path.
     `extra_words` (a plugin environment's `vocabulary()`) follow the built-in words in the tokenizer."""
@@ -85,7 +87,7 @@ def build_tiny_policy(
 
 def load_policy(
     folder: str | Path, device: str = "cpu", sharded: bool = False
-) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load any HF causal-LM checkpoint folder (the built-in one or a user's model). `sharded` (a torchrun
     rank): read whole on the CPU, then each block split across the ranks, this rank's part on `device`
     (`creditline.distributed.shard_blocks`), so no device ever holds the whole model."""
@@ -98,12 +100,13 @@ def load_policy(
         from creditline.distributed import shard_blocks
 
         shard_blocks(model, device)
-    return model.to(device), tokenizer
+    # HF's `to` is decorated with functools.wraps, which typeshed types as an unbound function
+    return model.to(device), tokenizer  # type: ignore[arg-type]
 
 
 def save_policy(
     model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerFast,
+    tokenizer: PreTrainedTokenizerBase,
     folder: str | Path,
     optimizer_state: dict | None = None,
     state_dict: dict[str, torch.Tensor] | None = None,
@@ -112,7 +115,8 @@ def save_policy(
     replaces the model's own (a sharded model's, gathered whole:
     `creditline.distributed.whole_state_dict`)."""
     with atomic_directory(folder) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+        # an HF model's method, which torch's `Module.__getattr__` stub types as `Tensor | Module`
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)  # type: ignore[operator]
         tokenizer.save_pretrained(tmp)
         if optimizer_state is not None:
             torch.save(optimizer_state, Path(tmp) / OPTIMIZER_FILE)
@@ -124,7 +128,7 @@ def load_optimizer_state(folder: str | Path) -> dict | None:
     return torch.load(path, weights_only=True) if path.exists() else None
 
 
-def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerFast:
+def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -29,11 +29,12 @@ def row_values(model: torch.nn.Module, batch: PackedBatch, rows: torch.Tensor, c
     device = next(model.parameters()).device
     length = int(batch.attention_mask[rows].sum(1).max())
     attention_mask = batch.attention_mask[rows, :length].to(device)  # (r, L) right-padded
-    hidden = model.base_model(
+    # `base_model` and `score`: submodules, which torch's `Module.__getattr__` stub types as `Tensor | Module`
+    hidden = model.base_model(  # type: ignore[operator]
         input_ids=batch.input_ids[rows, :length].to(device), attention_mask=attention_mask
     ).last_hidden_state  # (r, L, H)
     last = attention_mask.sum(1) - 1  # (r,) each row's last real token
-    return model.score(hidden[torch.arange(len(rows), device=device), last]).squeeze(-1).float()
+    return model.score(hidden[torch.arange(len(rows), device=device), last]).squeeze(-1).float()  # type: ignore[operator]
 
 
 def loss(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 import pandas as pd
 
@@ -40,7 +41,7 @@ from creditline import ids
 from creditline.conversation import Conversation, has_chat_template, require_chat_template
 from creditline.engines.base import Engine, SamplingParams
 from creditline.engines.stop_strings import cut_after_stop
-from creditline.envs.base import Environment, Observation
+from creditline.envs.base import Environment, Observation, SnapshotEnvironment
 from creditline.stage_settings import CHAT_FORMATS, PROMPT_FORMATS
 
 
@@ -194,7 +195,8 @@ def play(
         still_active = []
         for ep, completion in zip(active, completions, strict=True):
             if snapshots is not None and ep.num_steps > 0:  # step 0 is never a branch point
-                snapshots[(ep.episode_id, ep.num_steps)] = ep.env.snapshot()
+                # `snapshots` is given only for an environment that can take them (`branching.can_snapshot`)
+                snapshots[(ep.episode_id, ep.num_steps)] = cast(SnapshotEnvironment, ep.env).snapshot()
             prompt = ep.prompt_ids
             action = decode_action(tokenizer, completion.token_ids, sampling.stop)
             transition = ep.env.step(action)

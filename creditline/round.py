@@ -60,7 +60,9 @@ def generate_rollouts(engine: Engine, tokenizer, config: ExperimentConfig, round
     that reads it (IGPO), the policy's log-probability of the gold answer at every step (`gold_logprob`)."""
     settings, branching = config.rollouts, config.branching
     sampling = settings.sampling(config.seed)
-    snapshots = {} if branching.enabled and can_snapshot(config.env.build()) else None
+    snapshots: dict[tuple[str, int], object] | None = (
+        {} if branching.enabled and can_snapshot(config.env.build()) else None
+    )
     tables = run_episodes(
         engine,
         tokenizer,

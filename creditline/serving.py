@@ -141,6 +141,7 @@ def sample_choices(
 
 
 def _decoded(tokenizer, eos_token_id: int, sampled: Completion, sampling: SamplingRequest) -> SampledChoice:
+    stop_reason: int | str | None
     ids, logprobs, finish, stop_reason = (
         list(sampled.token_ids),
         list(sampled.logprobs),
@@ -232,12 +233,12 @@ def chat_completion(
         called = parsed is not None and bool(parsed.tool_calls)
         message = {
             "role": "assistant",
-            "content": parsed.content if called else choice.text,
+            "content": parsed.content if called and parsed is not None else choice.text,
             "refusal": None,
             "annotations": None,
             "audio": None,
             "function_call": None,
-            "tool_calls": parsed.tool_calls if called else [],
+            "tool_calls": parsed.tool_calls if called and parsed is not None else [],
             "reasoning_content": None,
         }
         choices.append(

@@ -216,8 +216,8 @@ def reload_policy(server: serving.PolicyServer, folder: str | Path) -> serving.P
     if isinstance(engine, TorchEngine):
         engine = TorchEngine.from_checkpoint(folder, engine.device)
         tokenizer = engine.tokenizer  # the one it loaded with the weights
-    elif callable(getattr(engine, "load", None)):  # a VLLMEngine: the same folder may hold new weights
-        engine.load(folder, force=True)
+    elif callable(load := getattr(engine, "load", None)):
+        load(folder, force=True)  # a VLLMEngine: the same folder may hold new weights
         tokenizer = load_tokenizer(folder)
     else:
         raise RequestError(f"reload_weights: a {type(engine).__name__} cannot load new weights", "method")

@@ -244,7 +244,9 @@ def train(
     rank, world = rank_and_size()
     trainer_old = score(model, batch, temperature, config, top_p) if config.tis_cap > 0 else None
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(  # type: ignore[operator]  # HF's method: torch's stub says Tensor
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
     model.train()
     sharded = is_sharded(model)
     # sharded: the per-tensor AdamW
@@ -278,6 +280,7 @@ def train(
                 terms = terms * (old - sampled).exp().clamp(max=config.tis_cap)
             loss_sum = terms.sum()
             if config.kl_coef > 0:
+                assert batch.reference_logprobs is not None  # refused on entry otherwise
                 reference_kl = k3(_select(batch.reference_logprobs, micro, length, mask, device), logp)
                 loss_sum = loss_sum + config.kl_coef * reference_kl.sum()
                 sums["reference_kl"] += float(reference_kl.detach().sum())
@@ -333,7 +336,7 @@ def train(
             }
         )
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_disable()
+        model.gradient_checkpointing_disable()  # type: ignore[operator]  # HF's method: torch's stub says Tensor
     model.eval()
     # every update row carries the round's mismatch, so a reused training table still has it
     state = whole_optimizer_state(optimizer.state_dict()) if sharded else optimizer.state_dict()

@@ -67,6 +67,7 @@ def merge_turns(rows: pd.DataFrame) -> pd.DataFrame:
                 if current is not None:
                     merged.append(current)
                 current = _single(turn)
+        assert current is not None  # a groupby group has at least one turn
         merged.append(current)
     parts.append(pd.DataFrame(merged, columns=[*COLUMNS, "episode_id", "steps"]))
     out = pd.concat(parts, ignore_index=True)

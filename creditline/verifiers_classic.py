@@ -26,6 +26,7 @@ from pathlib import Path
 from creditline.imported_rollouts import (
     ImportedRollout,
     ImportedStep,
+    SamplingSettings,
     SourceError,
     float_list,
     int_list,
@@ -103,7 +104,7 @@ def _unless(value: float | None, fill: float) -> float | None:
     return None if value is None or math.isclose(value, fill, rel_tol=0, abs_tol=_SAME) else value
 
 
-def _parse_line(obj: dict, where: str, run_sampling: dict, for_training: bool) -> dict:
+def _parse_line(obj: dict, where: str, run_sampling: SamplingSettings, for_training: bool) -> dict:
     for field in ("example_id", "reward"):
         if field not in obj:
             raise SourceError(where, field, "missing")

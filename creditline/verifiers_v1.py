@@ -127,7 +127,8 @@ def _rollout(episode: dict, trace: dict, where: str, line: int, for_training: bo
 
 def _path(nodes: list, index: int, where: str) -> list[int]:
     """Node indices from the root to `index` (inclusive)."""
-    path, current = [], index
+    path: list[int] = []
+    current = index
     while current is not None:
         if not isinstance(current, int) or not 0 <= current < len(nodes) or current in path:
             raise SourceError(

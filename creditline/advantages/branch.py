@@ -77,7 +77,7 @@ def branch_links(table: StepTable) -> tuple[np.ndarray, np.ndarray]:
     codes = pd.Index(table.episode_values).get_indexer(names.where(linked, None))
     episode_ids = table.episode_values
 
-    def fail(e: int, problem: str) -> None:
+    def fail(e: int | np.integer, problem: str) -> None:
         raise AdvantageInputError(f"column 'branch_of_episode': continuation {episode_ids[e]!r} {problem}")
 
     for e in np.flatnonzero(linked):

@@ -99,7 +99,7 @@ def weighted_whiten(
     return safe_divide(dev, np.float64(np.sqrt(var + eps_var) + eps_sigma))
 
 
-def safe_divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+def safe_divide(num: np.ndarray, den: np.ndarray | np.floating) -> np.ndarray:
     """num/den where den != 0, else 0 (no warnings)."""
     out = np.zeros(np.broadcast(num, den).shape, dtype=np.float64)
     np.divide(num, den, out=out, where=den != 0)

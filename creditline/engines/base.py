@@ -42,7 +42,10 @@ class Engine(Protocol):
     """Generates completions for a batch of tokenised prompts with one policy checkpoint."""
 
     eos_token_id: int
-    context_length: int | None
-    """The longest prompt + completion in tokens (None: unknown)."""
+
+    @property
+    def context_length(self) -> int | None:
+        """The longest prompt + completion in tokens (None: unknown); read-only (an engine's property)."""
+        ...
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]: ...

@@ -148,9 +148,9 @@ class EndpointsEngine:
         try:
             futures = [pools[replica].submit(fn, *args) for replica, fn, args in jobs]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in futures if f in done and f.exception() is not None]
+            failed = [error for f in futures if f in done and (error := f.exception()) is not None]
             if failed:
-                raise failed[0].exception()
+                raise failed[0]
             return [f.result() for f in futures]
         finally:
             for pool in pools:

@@ -45,8 +45,11 @@ def policy_shape(initial_policy: str) -> dict[str, Any] | None:
     if initial_policy == BUILTIN_CHAT_POLICY:
         from creditline.chat_policy import ChatPolicyConfig
 
-        shape = ChatPolicyConfig()
-        return {"architectures": ["Qwen2ForCausalLM"], "head_dim": shape.hidden_size // shape.num_heads}
+        chat_shape = ChatPolicyConfig()
+        return {
+            "architectures": ["Qwen2ForCausalLM"],
+            "head_dim": chat_shape.hidden_size // chat_shape.num_heads,
+        }
     try:
         return json.loads((Path(initial_policy).expanduser() / "config.json").read_text())
     except (OSError, ValueError):

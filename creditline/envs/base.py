@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ class Environment(Protocol):
     (a warm start and the built-in chat policy's tokenizer corpus), `vocabulary` (the built-in tiny
     policy, whose tokenizer knows only listed words), `gold_answer` (IGPO's information-gain turn reward,
     arXiv 2510.14967, which scores the policy's log-probability of the correct answer after each turn). A
-    feature that needs a missing member is refused when the config is loaded.
+    feature that needs a missing member is refused when the config is loaded. `gold_answer`, and branching's
+    `snapshot` and `restore`, are declared by the protocols below (a built-in may lack them).
     """
 
     name: str
@@ -87,10 +88,28 @@ class Environment(Protocol):
         """Every word that can appear in this environment's observations or valid actions."""
         ...
 
+
+class GoldAnswerEnvironment(Environment, Protocol):
+    """An environment with the optional `gold_answer` (every built-in but the maze has it); a protocol of
+    its own so that an environment without it is still an `Environment`."""
+
     def gold_answer(self) -> str:
         """The current task's correct final answer, written as a completion would write it (`7`, `1 2`);
         defined after `reset`. IGPO teacher-forces it after each turn's prompt
         (`creditline.gold_answer.gold_logprobs`): the turn's reward is the gain in its mean token log-prob."""
+        ...
+
+
+class SnapshotEnvironment(Environment, Protocol):
+    """An environment that can be restarted from a state it was in (`creditline.branching.can_snapshot`);
+    without it, branching replays the recorded actions."""
+
+    def snapshot(self) -> Any:
+        """The current state, opaque to the caller."""
+        ...
+
+    def restore(self, state: Any) -> Observation:
+        """Return to a state `snapshot` took; its observation."""
         ...
 
 

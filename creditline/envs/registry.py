@@ -41,7 +41,7 @@ from creditline.envs.maze import MazeEnv
 
 ENTRY_POINT_GROUP = "creditline.environments"
 
-BUILTIN_ENVIRONMENTS: dict[str, Callable[..., Environment]] = {
+BUILTIN_ENVIRONMENTS: dict[str, type[Environment]] = {
     "maze": MazeEnv,
     "arithmetic": ArithmeticEnv,
     "lookup": LookupEnv,

@@ -83,10 +83,12 @@ def renew_lease(store: LineageStore, lease: Lease) -> bool:
     """Refresh the heartbeat; False if the lease is no longer ours (it was taken over)."""
 
     def work(con: duckdb.DuckDBPyConnection) -> bool:
-        ours = con.execute(  # no UPDATE ... RETURNING: DuckDB's postgres tables do not support it
+        row = con.execute(  # no UPDATE ... RETURNING: DuckDB's postgres tables do not support it
             "SELECT count(*) FROM leases WHERE experiment = ? AND holder = ?",
             [lease.experiment, str(lease.holder)],
-        ).fetchone()[0]
+        ).fetchone()
+        assert row is not None  # count(*) always returns one row
+        ours = row[0]
         if ours:
             con.execute(
                 "UPDATE leases SET heartbeat_at = ? WHERE experiment = ? AND holder = ?",
@@ -132,11 +134,11 @@ def release_dead_leases(store: LineageStore, ttl_s: float = LEASE_TTL_S) -> list
         holder = store.fetchone("SELECT holder FROM leases WHERE experiment = ?", [experiment])
         if holder is None or _holder_state(holder[0], _now(), ttl_s)[0]:
             continue  # released or taken over meanwhile (a live taker's heartbeat is now)
-        store.transaction(
-            lambda con, e=experiment, h=holder[0]: con.execute(
-                "DELETE FROM leases WHERE experiment = ? AND holder = ?", [e, h]
-            )
-        )
+
+        def delete(con: duckdb.DuckDBPyConnection, e: str = experiment, h: str = holder[0]) -> None:
+            con.execute("DELETE FROM leases WHERE experiment = ? AND holder = ?", [e, h])
+
+        store.transaction(delete)
         lines.append(
             f"released experiment {experiment!r}'s lease, "
             f"held by a `creditline run` that died ({description})"

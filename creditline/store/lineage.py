@@ -48,7 +48,14 @@ from creditline.store.files import (
     stat_fingerprint,
 )
 from creditline.store.objects import ObjectStore
-from creditline.store.records import ArtifactRecord, EvaluationRecord, LineageNode, Problem, RunRecord
+from creditline.store.records import (
+    ArtifactRecord,
+    EvaluationRecord,
+    LineageNode,
+    Problem,
+    ProblemKind,
+    RunRecord,
+)
 from creditline.store.schema import create_schema
 
 T = TypeVar("T")
@@ -292,7 +299,7 @@ class LineageStore:
         """What is wrong with `record`'s copies: its published object, and its local copy (which, for a
         published artifact, may be absent: a machine fetches only what it reads)."""
         published = self.objects is not None and "object" in record.meta
-        found = [check_object(self.objects, record)] if published else []
+        found = [check_object(self.objects, record)] if published and self.objects is not None else []
         if os.path.exists(record.path) or not published:
             found.append(check_on_disk(record))
         return [problem for problem in found if problem is not None]
@@ -422,7 +429,8 @@ class LineageStore:
 
     def runs(self, experiment: str, round: int | None = None) -> list[RunRecord]:
         """Runs recorded for ``experiment`` (optionally one round), ordered by (round, created_at, asset)."""
-        sql, params = f"SELECT {_RUN_COLUMNS} FROM runs WHERE experiment = ?", [experiment]
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE experiment = ?"
+        params: list[object] = [experiment]
         if round is not None:
             sql, params = sql + " AND round = ?", [experiment, round]
         rows = self.fetchall(sql + " ORDER BY round, created_at, asset", params)
@@ -566,7 +574,7 @@ _DECLARED = """
 """
 # For each edge check: rows of (path, experiment, round, kind, variant, child_hash, parent_hash, relation)
 # naming the artifact the problem is about (for "orphan_edge", the parent; NULLs if it is unrecorded).
-_EDGE_CHECKS = {
+_EDGE_CHECKS: dict[ProblemKind, str] = {
     "edge_missing": f"""
         SELECT d.path, d.experiment, d.round, d.kind, d.variant, d.child_hash, d.pair[1], d.pair[2]
         FROM ({_DECLARED} WHERE experiment = ?) d
@@ -693,7 +701,7 @@ def check_on_disk(record: ArtifactRecord, quick: bool = False) -> Problem | None
     if actual != record.content_hash:
         changed = (
             sorted(set(now) ^ set(manifest) | {f for f in now if manifest.get(f, now[f]) != now[f]})
-            if now is not None
+            if now is not None and manifest is not None
             else []
         )
         which = f" ({', '.join(changed[:5])}{' …' if len(changed) > 5 else ''})" if changed else ""
