@@ -195,13 +195,12 @@ def train_reward_model(
         return len(chosen), len(rows), loss, z, y
 
     split = lambda order: np.array_split(order.numpy(), min(settings.minibatches, n_episodes))  # noqa: E731
-    generator = torch.Generator().manual_seed(seed)
     updates = minibatch_updates(
         optimizer,
         model.parameters,
         n_episodes,
         settings.epochs,
-        generator,
+        seed,
         split,
         accumulate,
         settings.max_grad_norm,

@@ -303,17 +303,8 @@ def train(
     metrics, sampler_kl = [], None
     split = lambda order: torch.tensor_split(order, min(config.minibatches, rows))  # noqa: E731
     clip = clip_grad_norm if sharded else torch.nn.utils.clip_grad_norm_
-    generator = torch.Generator().manual_seed(seed)
     updates = minibatch_updates(
-        optimizer,
-        model.parameters,
-        rows,
-        config.epochs,
-        generator,
-        split,
-        accumulate,
-        config.max_grad_norm,
-        clip,
+        optimizer, model.parameters, rows, config.epochs, seed, split, accumulate, config.max_grad_norm, clip
     )
     for update in updates:
         failpoint("train:update")

@@ -57,7 +57,7 @@ def minibatch_updates(
     parameters: Callable[[], Iterable[torch.nn.Parameter]],
     items: int,
     epochs: int,
-    generator: torch.Generator,
+    seed: int,
     split: Callable[[torch.Tensor], Iterable],
     accumulate: Callable[..., Result],
     max_grad_norm: float,
@@ -65,10 +65,12 @@ def minibatch_updates(
 ) -> Iterator[Update[Result]]:
     """Run the loop (module doc), yielding each `Update` right after its step.
 
-    items: N, the count shuffled each epoch; split(order) → the minibatches (each what `accumulate` takes);
+    items: N, the count shuffled each epoch (one generator, seeded with `seed`, for every epoch);
+    split(order) → the minibatches (each what `accumulate` takes);
     accumulate(minibatch) adds the minibatch's ∂L/∂θ to the parameters' `.grad` and returns its metrics;
     clip(parameters, max_grad_norm) → the norm before clipping (a sharded model passes its own).
     """
+    generator = torch.Generator().manual_seed(seed)
     for epoch in range(epochs):
         order = torch.randperm(items, generator=generator)
         for part, minibatch in enumerate(split(order)):

@@ -105,7 +105,7 @@ def warm_start(
     rows = batch.input_ids.shape[0]
     memory = TrainConfig()  # the trainer's micro-batch and log-prob chunk sizes
     optimizer = adamw(model.parameters(), settings.learning_rate, WEIGHT_DECAY)
-    generator = torch.Generator().manual_seed(derive_seed(seed, "warm-start", "order"))
+    order_seed = derive_seed(seed, "warm-start", "order")
     loss_before = _mean_nll(model, batch)
     model.train()
 
@@ -120,7 +120,7 @@ def warm_start(
         return [order[start : start + settings.batch_rows] for start in range(0, rows, settings.batch_rows)]
 
     for _ in minibatch_updates(
-        optimizer, model.parameters, rows, settings.epochs, generator, split, accumulate, MAX_GRAD_NORM
+        optimizer, model.parameters, rows, settings.epochs, order_seed, split, accumulate, MAX_GRAD_NORM
     ):
         pass  # the warm start keeps no per-step metrics: the loss before and after says what it did
     model.eval()
