@@ -1,9 +1,11 @@
-"""The layers import one way: pipelines → assets → resources | schemas → creditline.
+"""The layers import one way: pipelines → assets → resources | schemas → creditline; inside the core, the
+estimators, the store and the environments import only what their contracts name (`PACKAGES`).
 
 Checked on the source (AST), so a lazy import inside a function counts too.
 """
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,66 @@ def test_the_contract_checker_sees_violations(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    import dagster\n    from mlflow import MlflowClient\n")
     assert imported_roots(bad) == {"dagster", "mlflow"}
+
+
+# Inside the core, what each package may import besides the standard library: its third-party packages and
+# the creditline modules it builds on (a lazy import inside a function counts). The estimators stay pure
+# numpy/pandas (no torch: `creditline advantages` starts in a fraction of a second and they run anywhere); the
+# store never imports a model library; the environments import nothing but themselves.
+PACKAGES = {
+    "creditline/advantages": (
+        {"numpy", "pandas", "pyarrow"},
+        {"creditline.advantages", "creditline.errors", "creditline.ids", "creditline.param_kinds"},
+    ),
+    "creditline/store": (
+        {"duckdb", "duckdb_extension_postgres_scanner", "fsspec", "pandas", "pyarrow"},
+        {
+            "creditline.store",
+            "creditline.deployment",
+            "creditline.errors",
+            "creditline.faults",
+            "creditline.ids",
+            "creditline.liveness",
+            "creditline.rubrics",
+        },
+    ),  # fmt: skip
+    "creditline/envs": (set(), {"creditline.envs"}),
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute module names `path` imports (relative imports are inside its own package)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def outside_contract(module: str, third_party: set[str], core: set[str]) -> bool:
+    root = module.split(".")[0]
+    if root == "creditline":
+        return not any(module == allowed or module.startswith(allowed + ".") for allowed in core)
+    return root not in sys.stdlib_module_names and root != "__future__" and root not in third_party
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_each_core_package_imports_only_what_its_contract_names(package):
+    third_party, core = PACKAGES[package]
+    offenders = {
+        str(f.relative_to(ROOT)): sorted(
+            m for m in imported_modules(f) if outside_contract(m, third_party, core)
+        )
+        for f in sorted((ROOT / package).rglob("*.py"))
+    }
+    assert {f: bad for f, bad in offenders.items() if bad} == {}
+
+
+def test_the_package_contract_sees_a_model_library_in_the_estimators():
+    third_party, core = PACKAGES["creditline/advantages"]
+    assert outside_contract("torch.nn", third_party, core)
+    assert outside_contract("creditline.policy", third_party, core)
+    assert not outside_contract("creditline.advantages.table", third_party, core)
+    assert not outside_contract("collections.abc", third_party, core)
