@@ -1,5 +1,6 @@
-"""`advantages`: one scalar per step row from the experiment's estimator (`creditline.round.step_advantages`),
-and a picture of where the credit went (`creditline.credit_plot`): Dagster metadata and an MLflow artifact."""
+"""`advantages`: one scalar per step row from the experiment's estimator
+(`creditline.credit.round_advantages.step_advantages`), and a picture of where the credit went
+(`creditline.credit.credit_plot`): Dagster metadata and an MLflow artifact."""
 
 import base64
 
@@ -19,11 +20,11 @@ from assets.persist import (
     round_run,
     write_table,
 )
-from creditline.advantages import params_hash
-from creditline.credit_plot import credit_episodes, credit_picture, credit_table
-from creditline.reward_model import reward_model_kind
+from creditline.credit.advantages import params_hash
+from creditline.credit.credit_plot import credit_episodes, credit_picture, credit_table
+from creditline.credit.reward_model import reward_model_kind
+from creditline.credit.round_advantages import step_advantages
 from creditline.round import with_model_rewards
-from creditline.round_advantages import step_advantages
 from creditline.store import read_parquet, write_bytes_atomic
 from resources import LineageResource, TrackerResource
 

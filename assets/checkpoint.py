@@ -31,7 +31,7 @@ from assets.train_worker import torchrun_command
 from creditline.engines import release_generation_memory
 from creditline.faults import failpoint
 from creditline.lineage_chain import parent_checkpoint, parent_record, verify_checkpoint
-from creditline.policy import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
+from creditline.policy.models import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
 from creditline.round import train_policy
 from creditline.store import ArtifactRecord, hashed_folder, read_parquet
 from resources import EngineResource, LineageResource, TrackerResource

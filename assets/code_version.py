@@ -2,7 +2,7 @@
 
 Dagster marks an asset stale when its `code_version` changes, so the version must change whenever any
 code the asset runs changes. Listing modules by hand misses the deep ones: `evaluation` runs
-`creditline.evaluation`, but also the environment it plays (`creditline.config` → `creditline.envs` →
+`creditline.rollout.evaluation`, but also the environment it plays (`creditline.config` → `creditline.envs` →
 `creditline/envs/maze.py`). So the version is derived from the import closure instead: starting from an
 asset's module, follow (statically, with `ast`; nothing is imported or executed) every
 `import creditline...` and `from creditline... import ...` statement, `from . import x` relative imports

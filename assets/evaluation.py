@@ -18,12 +18,12 @@ from assets.persist import (
     round_run,
     write_table,
 )
+from creditline.interop.verifiers_evaluation import evaluate_in_verifiers
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
-from creditline.policy import load_tokenizer
+from creditline.policy.models import load_tokenizer
 from creditline.round import evaluate_policy
 from creditline.store import ArtifactRecord, EvaluationRecord, write_bytes_atomic
-from creditline.verifiers_evaluation import evaluate_in_verifiers
 from resources import EngineResource, LineageResource, TrackerResource
 
 VERSION = code_version(__name__)

@@ -1,7 +1,7 @@
 """The re-score branch: a round's stored rollouts scored with another rubric version. Never feeds training.
 
 Partitioned by (round × rubric version). The rubric dimension is dynamic (`rubric_versions`): it holds
-every version registered in code (`creditline.rubrics.RUBRICS`) and every version the lineage store has
+every version registered in code (`creditline.credit.rubrics.RUBRICS`) and every version the lineage store has
 recorded, added by `pipelines.rubric_partitions.sync_rubric_partitions` (the CLI and the round sensor
 call it). Adding or editing a rubric adds a version, whose partitions show as missing in the UI until a
 backfill fills them; the old version stays a partition, so what was scored with it stays visible (its
@@ -15,12 +15,12 @@ import pandas as pd
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
 from assets.persist import log_round, materialized, persist_table, read_artifact, record_run, round_run
-from creditline.advantages import params_hash
-from creditline.rescore import compare_rescoring
-from creditline.reward_model import reward_model_kind
+from creditline.credit.advantages import params_hash
+from creditline.credit.rescore import compare_rescoring
+from creditline.credit.reward_model import reward_model_kind
+from creditline.credit.round_advantages import step_advantages
+from creditline.credit.rubrics import rubric_by_version
 from creditline.round import with_model_rewards
-from creditline.round_advantages import step_advantages
-from creditline.rubrics import rubric_by_version
 from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource
 

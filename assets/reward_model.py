@@ -32,11 +32,11 @@ from assets.persist import (
     round_run,
     write_table,
 )
+from creditline.credit.reward_model import load_reward_model, reward_model_kind
 from creditline.engines import release_generation_memory
 from creditline.faults import failpoint
 from creditline.lineage_chain import parent_record, verify_checkpoint
-from creditline.policy import load_optimizer_state, load_policy, save_policy
-from creditline.reward_model import load_reward_model, reward_model_kind
+from creditline.policy.models import load_optimizer_state, load_policy, save_policy
 from creditline.round import fit_reward_model
 from creditline.store import ArtifactRecord, hashed_folder, read_parquet
 from resources import LineageResource, TrackerResource

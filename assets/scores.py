@@ -16,8 +16,8 @@ from assets.persist import (
     round_run,
     write_table,
 )
+from creditline.credit.rubrics import get_rubric
 from creditline.round import score_rollouts
-from creditline.rubrics import get_rubric
 from creditline.store import read_parquet, record_rubrics
 from resources import LineageResource, TrackerResource
 

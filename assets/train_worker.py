@@ -7,7 +7,7 @@
 Every rank reads the same inputs from files (the parent checkpoint folder, the round's steps and
 advantages tables, the experiment config as `ExperimentConfig.to_dict()` JSON), joins torchrun's process
 group (gloo on CPU, nccl on CUDA) and calls the same stage as one process, `creditline.round.train_policy`;
-the trainer splits every minibatch across the ranks (`creditline.distributed`). Rank 0 then writes the
+the trainer splits every minibatch across the ranks (`creditline.train.distributed`). Rank 0 then writes the
 checkpoint folder with `save_policy` (atomically, as the in-process path does) and the metrics.
 
 Launched by the `checkpoint` asset through Dagster Pipes, rank 0 sends the per-update metrics back as a
@@ -31,10 +31,10 @@ from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pi
 from torch.distributed.tensor import DTensor
 
 from creditline.config import read_registered
-from creditline.distributed import SHARDINGS, process_group, rank_and_size, whole_state_dict
-from creditline.policy import load_policy, save_policy
+from creditline.policy.models import load_policy, save_policy
 from creditline.round import train_policy
 from creditline.store import read_parquet, write_json_atomic
+from creditline.train.distributed import SHARDINGS, process_group, rank_and_size, whole_state_dict
 
 
 def torchrun_command(

@@ -46,8 +46,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "advantages")]
 from adv_tables import bench_steps  # noqa: E402
 from reference_loops import LOOPS, discounted_returns_loop  # noqa: E402
 
-from creditline.advantages import compute, discounted_returns  # noqa: E402
-from creditline.advantages.registry import resolve  # noqa: E402
+from creditline.credit.advantages import compute, discounted_returns  # noqa: E402
+from creditline.credit.advantages.registry import resolve  # noqa: E402
 
 # (label, estimator, params, target seconds at 1M rows or None)
 CASES = [

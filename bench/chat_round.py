@@ -1,6 +1,6 @@
 """A multi-turn chat round on CPU: rollout throughput, and the training tokens that turn packing saves.
 
-1. Rollouts: batched turns vs one `model.generate` per episode. Both sides play the same episodes through the same turn loop (`creditline.rollout.run_episodes`: chat
+1. Rollouts: batched turns vs one `model.generate` per episode. Both sides play the same episodes through the same turn loop (`creditline.rollout.episodes.run_episodes`: chat
 template, token-preserving conversations, the environment's parse rule); only the generation differs:
 
 - batched: `TorchEngine`, every active episode's turn in one left-padded batch with a KV cache;
@@ -9,7 +9,7 @@ template, token-preserving conversations, the environment's parse rule); only th
 
    It prints the generated tokens per second of each and their ratio on a line of its own.
 2. Training on the batched side's round: one row per step (each turn's row repeats the conversation so
-   far) vs one row per episode (`creditline.turn_packing`), one epoch of the same update each. It prints
+   far) vs one row per episode (`creditline.rollout.turn_packing`), one epoch of the same update each. It prints
    the tokens through the model and the seconds of each, and their ratios.
 
     .venv/bin/python bench/chat_round.py [--tasks 32] [--group 4] [--max-steps 8] [--max-new-tokens 8]
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
 from creditline.engines import Completion, SamplingParams, TorchEngine
 from creditline.envs import make_env
-from creditline.policy import load_policy
-from creditline.rollout import run_episodes
-from creditline.trainer import TrainConfig, pack, train
-from creditline.turn_packing import merge_turns
+from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
+from creditline.policy.models import load_policy
+from creditline.rollout.episodes import run_episodes
+from creditline.rollout.turn_packing import merge_turns
+from creditline.train.trainer import TrainConfig, pack, train
 
 
 class PerEpisodeGenerate:

@@ -48,13 +48,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from creditline.advantages import available  # noqa: E402
 from creditline.config import AdvantageSettings, ExperimentConfig, from_dict, load_config  # noqa: E402
-from creditline.config_checks import ConfigError  # noqa: E402
+from creditline.config.checks import ConfigError  # noqa: E402
+from creditline.credit.advantages import available  # noqa: E402
+from creditline.credit.reward_model import load_reward_model, reward_model_kind  # noqa: E402
+from creditline.credit.round_advantages import step_advantages  # noqa: E402
 from creditline.engines import TorchEngine  # noqa: E402
-from creditline.initial_policy import build_initial_policy  # noqa: E402
-from creditline.policy import load_policy  # noqa: E402
-from creditline.reward_model import load_reward_model, reward_model_kind  # noqa: E402
+from creditline.policy.initial_policy import build_initial_policy  # noqa: E402
+from creditline.policy.models import load_policy  # noqa: E402
 from creditline.round import (  # noqa: E402
     evaluate_policy,
     fit_reward_model,
@@ -63,7 +64,6 @@ from creditline.round import (  # noqa: E402
     train_policy,
     with_model_rewards,
 )
-from creditline.round_advantages import step_advantages  # noqa: E402
 from creditline.store import config_hash  # noqa: E402
 
 DEFAULT = ExperimentConfig().to_dict()

@@ -41,10 +41,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from creditline.config import ExperimentConfig  # noqa: E402
+from creditline.credit.round_advantages import step_advantages  # noqa: E402
 from creditline.engines import TorchEngine  # noqa: E402
-from creditline.policy import load_optimizer_state, load_policy, save_policy  # noqa: E402
+from creditline.policy.models import load_optimizer_state, load_policy, save_policy  # noqa: E402
 from creditline.round import evaluate_policy, generate_rollouts, score_rollouts, train_policy  # noqa: E402
-from creditline.round_advantages import step_advantages  # noqa: E402
 from creditline.store import LineageStore, hash_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

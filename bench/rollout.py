@@ -11,7 +11,7 @@ calls (tokens/s = completion tokens produced / wall seconds of the call; the vLL
   the floor for what the round's path adds (goal: the round's path ≥ 90 % of it); and the same with the
   sampled tokens' log-probs (`logprobs=0`), which a round needs, to tell their cost from the rest.
 
-The checkpoint is a random Qwen2 built here (`creditline.chat_policy`, BPE tokenizer trained on the maze's
+The checkpoint is a random Qwen2 built here (`creditline.policy.chat_policy`, BPE tokenizer trained on the maze's
 text): `--shape small` (4 layers, width 256, head size 32: a CPU finishes in a minute or two) or
 `--shape qwen2.5-0.5b` (Qwen2.5-0.5B's body: 24 layers, width 896, 14 heads of 64, 2 KV heads; its
 vocabulary is the tokenizer's). The device is CUDA when there is one, else the CPU (vLLM's x86 build).
@@ -32,12 +32,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus  # noqa: E402
 from creditline.config import EnvSettings  # noqa: E402
 from creditline.engines import SamplingParams, TorchEngine  # noqa: E402
 from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings  # noqa: E402
 from creditline.ids import derive_seed  # noqa: E402
-from creditline.policy import load_tokenizer  # noqa: E402
+from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus  # noqa: E402
+from creditline.policy.models import load_tokenizer  # noqa: E402
 
 SHAPES = {
     "small": ChatPolicyConfig(hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=2, intermediate_size=704,

@@ -32,8 +32,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from creditline.logprobs import full_vocab_logprobs  # noqa: E402
-from creditline.trainer import PackedBatch, TrainConfig, clipped_pg_terms, train  # noqa: E402
+from creditline.train.logprobs import full_vocab_logprobs  # noqa: E402
+from creditline.train.trainer import PackedBatch, TrainConfig, clipped_pg_terms, train  # noqa: E402
 
 
 def build_model(vocab: int, max_positions: int) -> torch.nn.Module:

@@ -76,5 +76,5 @@ def canonical_hash(
 
 def branch_episode_id(source_episode_id: str, step_idx: int, continuation: int) -> str:
     """Continuation `continuation` sampled from step `step_idx` of `source_episode_id`
-    (`creditline.branching`)."""
+    (`creditline.rollout.branching`)."""
     return f"{source_episode_id}:b{step_idx}.{continuation}"

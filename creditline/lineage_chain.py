@@ -15,7 +15,7 @@ from pathlib import Path
 
 from creditline.config import ExperimentConfig
 from creditline.errors import CreditlineError
-from creditline.initial_policy import build_initial_policy
+from creditline.policy.initial_policy import build_initial_policy
 from creditline.store import ArtifactRecord, LineageStore, check_on_disk, hashed_folder
 
 

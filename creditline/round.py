@@ -5,7 +5,7 @@ Each stage is a function of its inputs alone (tables, a model, the experiment co
 or MLflow in here. The round's assets (`assets/`), `creditline import` and the benchmarks
 (`bench/learning.py`, `bench/overhead.py`) all call these functions, so a benchmark measures the round that
 `make run` runs, and the joins between the round's tables are written once
-(`creditline.round_advantages.join_on_step`, where stage 3, the advantages, lives).
+(`creditline.credit.round_advantages.join_on_step`, where stage 3, the advantages, lives).
 
 The round's tables, one row per step (model call) unless said otherwise:
 
@@ -30,17 +30,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditline.advantages import completion_advantages, input_columns
-from creditline.advantages.igpo import GOLD_COLUMN
-from creditline.advantages.model_reward import MODEL_REWARD_COLUMN
-from creditline.branching import can_snapshot, choose_points, play_branches, with_branches
 from creditline.config import ExperimentConfig
-from creditline.engines import Engine
-from creditline.evaluation import EvaluationSummary, evaluate
-from creditline.gold_answer import with_gold_logprobs
-from creditline.ids import derive_seed
-from creditline.policy_update import update_policy
-from creditline.reward_model import (
+from creditline.credit.advantages import completion_advantages, input_columns
+from creditline.credit.advantages.igpo import GOLD_COLUMN
+from creditline.credit.advantages.model_reward import MODEL_REWARD_COLUMN
+from creditline.credit.gold_answer import with_gold_logprobs
+from creditline.credit.reward_model import (
     all_row_values,
     episode_codes,
     reward_model_kind,
@@ -48,16 +43,22 @@ from creditline.reward_model import (
     targets,
     train_reward_model,
 )
-from creditline.rollout import RolloutTables, reset_seed, run_episodes
-from creditline.round_advantages import join_on_step
-from creditline.rubrics import get_rubric
-from creditline.tasks import training_task_ids
+from creditline.credit.round_advantages import join_on_step
+from creditline.credit.rubrics import get_rubric
+from creditline.engines import Engine
+from creditline.ids import derive_seed
+from creditline.rollout.branching import can_snapshot, choose_points, play_branches, with_branches
+from creditline.rollout.episodes import RolloutTables, reset_seed, run_episodes
+from creditline.rollout.evaluation import EvaluationSummary, evaluate
+from creditline.rollout.tasks import training_task_ids
+from creditline.train.policy_update import update_policy
 
 
 def generate_rollouts(engine: Engine, tokenizer, config: ExperimentConfig, round_: int) -> RolloutTables:
     """Stage 1: play the round's training tasks, `group_size` samples each, with the parent policy; with
-    branching on, then the continuations from the chosen steps (`creditline.branching`); for an estimator
-    that reads it (IGPO), the policy's log-probability of the gold answer at every step (`gold_logprob`)."""
+    branching on, then the continuations from the chosen steps (`creditline.rollout.branching`); for an
+    estimator that reads it (IGPO), the policy's log-probability of the gold answer at every step
+    (`gold_logprob`)."""
     settings, branching = config.rollouts, config.branching
     sampling = settings.sampling(config.seed)
     snapshots: dict[tuple[str, int], object] | None = (
@@ -115,7 +116,7 @@ def fit_reward_model(
     optimizer_state: dict | None,
 ) -> tuple[pd.DataFrame, list[dict], dict]:
     """Stage 2b, for an estimator that reads a step-reward model (`prime`, `spa`): train the model in place on
-    the round (`creditline.reward_model`), then score every step row with it.
+    the round (`creditline.credit.reward_model`), then score every step row with it.
 
     Returns (`model_reward` per step row, keyed by episode_id and step_idx; per-update metrics; optimiser
     state). `reference` is the frozen initial policy where the kind needs one (PRIME), else None.

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 from creditline.config import MAX_ROUNDS, ExperimentConfig, load_config, registration
-from creditline.config_checks import field_default
-from creditline.deployment import load_deployment, redact
+from creditline.config.checks import field_default
+from creditline.config.deployment import load_deployment, redact
 from creditline.errors import CreditlineError
 from creditline.store import LineageStore
 from creditline.store.connection import is_postgres
@@ -258,7 +258,7 @@ def cmd_rescore(args) -> int:
     import dagster as dg
 
     from assets.partitions import round_key
-    from creditline.rubrics import RUBRICS, rubric_by_version
+    from creditline.credit.rubrics import RUBRICS, rubric_by_version
     from creditline.store.rubric_versions import rubric_versions
     from pipelines import dagster_client
     from pipelines.definitions import RESCORE_JOB
@@ -353,7 +353,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_lineage(args) -> int:
-    from creditline.audit import lineage_report
+    from creditline.store.audit import lineage_report
 
     store = _store(args.data_root)
     _known_experiment(store, args.experiment)
@@ -487,12 +487,13 @@ def _read_input(path: str, flag: str):
 
 
 def cmd_advantages(args) -> int:
-    """A steps table's advantages as a round computes them (`creditline.round_advantages.estimate`): the same
+    """A steps table's advantages as a round computes them (`creditline.credit.round_advantages.estimate`):
+    the same
     step join with a scores table, the same sample filter and the same fill of an imported step's preset."""
-    from creditline.advantages import AdvantageInputError
-    from creditline.advantages.registry import resolve
     from creditline.config import AdvantageSettings
-    from creditline.round_advantages import REWARD_COLUMNS, STEP_KEY, estimate, join_on_step
+    from creditline.credit.advantages import AdvantageInputError
+    from creditline.credit.advantages.registry import resolve
+    from creditline.credit.round_advantages import REWARD_COLUMNS, STEP_KEY, estimate, join_on_step
     from creditline.store import write_parquet_atomic
 
     out = _out_path(args.out)
@@ -572,13 +573,13 @@ def _out_dir(text: str) -> Path:
 def _chat_system(store: LineageStore, config, round_: int) -> str | None:
     """The system message of a round played here: the environment's `instructions` when its prompts were
     chat conversations (`prompt_format` chat/chat-last, or "auto" with a tokenizer that has a template)."""
+    from creditline.config.stage_settings import CHAT_FORMATS
     from creditline.lineage_chain import parent_record
-    from creditline.stage_settings import CHAT_FORMATS
 
     prompt_format = config.rollouts.prompt_format
     if prompt_format == "auto":
-        from creditline.conversation import has_chat_template
-        from creditline.policy import load_tokenizer
+        from creditline.policy.models import load_tokenizer
+        from creditline.rollout.conversation import has_chat_template
 
         record = parent_record(store, config.name, round_)
         prompt_format = "chat" if has_chat_template(load_tokenizer(record.path)) else "plain"
@@ -589,7 +590,7 @@ def _chat_system(store: LineageStore, config, round_: int) -> str | None:
 
 def cmd_export(args) -> int:
     from creditline.config import read_registered
-    from creditline.export import FOLDER_FORMATS, export_lines, export_rollout_files
+    from creditline.interop.export import FOLDER_FORMATS, export_lines, export_rollout_files
     from creditline.store import read_parquet, write_bytes_atomic
 
     out = _out_dir(args.out) if args.format in FOLDER_FORMATS else _out_path(args.out)
@@ -602,7 +603,7 @@ def cmd_export(args) -> int:
     if round_ not in rounds:
         raise UsageError(f"--round {round_}: no advantages for it; rounds with advantages: {_spans(rounds)}")
     if args.rubric:
-        from creditline.rubrics import RUBRICS
+        from creditline.credit.rubrics import RUBRICS
 
         args.rubric = RUBRICS[args.rubric].version if args.rubric in RUBRICS else args.rubric
     scores_kind, advantages_kind = (
@@ -674,12 +675,17 @@ def cmd_export(args) -> int:
 def cmd_import(args) -> int:
     """Make verifiers' saved rollouts the experiment's next round, then score, train and evaluate it."""
 
-    from creditline.imported_rollouts import SourceError
-    from creditline.initial_policy import initial_vocab_size
+    from creditline.config.sampling_settings import sampling_problem
+    from creditline.interop.imported_rollouts import SourceError
+    from creditline.interop.verifiers_import import (
+        read_source,
+        record_source,
+        source_tables,
+        token_id_problem,
+    )
     from creditline.lineage_chain import ensure_initial_policy, parent_checkpoint
-    from creditline.sampling_settings import sampling_problem
+    from creditline.policy.initial_policy import initial_vocab_size
     from creditline.store.leases import hold_lease
-    from creditline.verifiers_import import read_source, record_source, source_tables, token_id_problem
     from pipelines.instance import get_instance
     from pipelines.round_runner import reclaim_dead, refuse_if_in_flight
     from pipelines.rubric_partitions import sync_rubric_partitions
@@ -770,9 +776,10 @@ def _import_target(store: LineageStore, config, source):
 
 
 def cmd_serve(args) -> int:
-    """Serve a checkpoint on vLLM's OpenAI-compatible routes (`creditline.serving_http`) until stopped."""
+    """Serve a checkpoint on vLLM's OpenAI-compatible routes (`creditline.serve.serving_http`) until
+    stopped."""
     from creditline.lineage_chain import served_checkpoint
-    from creditline.serving_http import load_served_policy, serve
+    from creditline.serve.serving_http import load_served_policy, serve
 
     if not 0 <= args.port <= MAX_PORT:  # the OS would take it modulo 65536: 70000 serves on 4464
         raise UsageError(f"--port {args.port}: must be 1..{MAX_PORT}, or 0 for any free port")

@@ -1,7 +1,7 @@
 """The Definitions: round and re-score assets, their jobs, the round sensor, resources bound to the data root.
 
-The deployment (`creditline.deployment`) chooses the stores behind the resources and the executor of every
-job: the jobs name none of their own, so a deployment file switches them without a code change.
+The deployment (`creditline.config.deployment`) chooses the stores behind the resources and the executor of
+every job: the jobs name none of their own, so a deployment file switches them without a code change.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import RESCORE, RESCORE_ASSETS, ROUND_ASSETS, ROUND_CHECKS, ROUNDS
-from creditline.deployment import DagsterSettings, Deployment, load_deployment
+from creditline.config.deployment import DagsterSettings, Deployment, load_deployment
 from pipelines.sensors import round_failure_sensor, round_sensor
 from resources import default_data_root, deployed_resources
 

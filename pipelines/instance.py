@@ -23,7 +23,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from creditline.deployment import DagsterSettings, Deployment, load_deployment
+from creditline.config.deployment import DagsterSettings, Deployment, load_deployment
 from creditline.store import write_bytes_atomic
 from creditline.store.first_start import first_start_lock
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
-from creditline.deployment import Deployment, redact
+from creditline.config.deployment import Deployment, redact
 from creditline.errors import CreditlineError
 
 TIMEOUT_S = 5

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from creditline.deployment import load_deployment
+from creditline.config.deployment import load_deployment
 from creditline.errors import CreditlineError
 from resources.lineage import PROCESS_TAG
 

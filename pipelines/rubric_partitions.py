@@ -1,7 +1,7 @@
 """Keep the re-score branch's `rubric_versions` partitions in step with the code and the lineage store.
 
 The rubric dimension of the re-score partitions is dynamic, so that a rubric version stays a partition
-(and what was scored with it stays visible in the UI) after an edit to `creditline/rubrics.py` replaces
+(and what was scored with it stays visible in the UI) after an edit to `creditline/credit/rubrics.py` replaces
 it in code. Its keys are the union of the versions registered in code now and every version the lineage
 store has recorded (the round's `scores` and `rescored_scores` record the version they scored with, and
 this records the code's). Dagster cannot compute that union by itself: the CLI (`creditline run`,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.rescore import RUBRIC_VERSIONS
-from creditline.rubrics import RUBRICS
+from creditline.credit.rubrics import RUBRICS
 from creditline.store import LineageStore, record_rubrics, rubric_versions
 
 

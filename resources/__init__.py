@@ -2,7 +2,7 @@
 
 import json
 
-from creditline.deployment import Deployment, load_deployment
+from creditline.config.deployment import Deployment, load_deployment
 from creditline.store.data_root import default_data_root
 from resources.engine import EngineResource
 from resources.lineage import LineageResource

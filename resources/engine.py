@@ -4,8 +4,8 @@ The experiment config chooses the engine kind ("torch" or "vllm") and the device
 override the device (e.g. run the same experiment on `cuda` on a GPU node) without editing the config,
 send generation to running OpenAI-compatible replicas (`generation_endpoints`), and choose how many processes
 train a round (`train_processes`): the update is the same on any number
-up to float summation order (`creditline.distributed`: the same parameters to ~1e-7, not the same bytes), so
-it is a property of the machine, not of the experiment or its config hash.
+up to float summation order (`creditline.train.distributed`: the same parameters to ~1e-7, not the same
+bytes), so it is a property of the machine, not of the experiment or its config hash.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class EngineResource(dg.ConfigurableResource):
     in the asset's own process."""
     train_sharding: str = "replicated"
     """With train_processes > 1: "replicated" (every rank the whole model) or "fsdp" (its blocks split across
-    the ranks, for a model that does not fit one device: `creditline.distributed.shard_blocks`)."""
+    the ranks, for a model that does not fit one device: `creditline.train.distributed.shard_blocks`)."""
 
     generation_endpoints: list[str] = []
     """Non-empty: OpenAI-compatible replicas generate instead of the experiment's engine (data parallel; each

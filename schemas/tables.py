@@ -40,10 +40,10 @@ class EpisodesTable(pa.DataFrameModel):
     stop_reason: Series[str] = pa.Field(isin=STOP_REASONS)
     source_components: Series[str] | None
     """Imported rounds only: the source rubric's reward components and metrics, a JSON object of
-    name → value (`creditline.imported_rollouts`)."""
+    name → value (`creditline.interop.imported_rollouts`)."""
     branch_of_episode: Series[str] | None = pa.Field(nullable=True)
     """Branched rounds only: the episode a continuation restarted from; null on the round's own episodes
-    (`creditline.branching`)."""
+    (`creditline.rollout.branching`)."""
     branch_of_step: Series[pd.Int64Dtype] | None = pa.Field(nullable=True, ge=1)
     """Branched rounds only: the step of `branch_of_episode` it restarted from; null with it."""
 
@@ -86,7 +86,7 @@ class StepsTable(pa.DataFrameModel):
     """Imported rounds only: where the step came from in the source file ("<line>:<step or node>")."""
     temperature: Series[float] | None = pa.Field(nullable=True, gt=0)
     """The sampling temperature the step's completion was drawn at; NaN where an imported source did not
-    save it (the trainer then uses `[rollouts] temperature`; `creditline.sampling_settings`)."""
+    save it (the trainer then uses `[rollouts] temperature`; `creditline.config.sampling_settings`)."""
     top_p: Series[float] | None = pa.Field(nullable=True, gt=0, le=1)
     """The nucleus top-p it was drawn with; NaN where not saved."""
     top_k: Series[float] | None = pa.Field(nullable=True)
@@ -97,7 +97,7 @@ class StepsTable(pa.DataFrameModel):
     branch_of_step: Series[pd.Int64Dtype] | None = pa.Field(nullable=True, ge=1)
     gold_logprob: Series[float] | None
     """Rounds whose estimator reads it (IGPO): the policy's mean log-probability of the task's gold answer
-    after this step's prompt (`creditline.gold_answer`)."""
+    after this step's prompt (`creditline.credit.gold_answer`)."""
 
     class Config:
         strict = True
@@ -180,7 +180,7 @@ class AdvantagesTable(pa.DataFrameModel):
     completion_length: Series[int] = pa.Field(ge=0)
     kept: Series[bool] | None
     """Rounds with a sample filter only: False on the rows of an episode the filter dropped (advantage 0,
-    not trained on; `creditline.sample_filter`)."""
+    not trained on; `creditline.credit.sample_filter`)."""
     completion_advantages: Series[object] | None
     """Written by rounds before per-token advantages were expanded at pack time
     (`creditline.round.with_token_advantages`); kept readable, never written now."""
@@ -204,7 +204,7 @@ class AdvantagesTable(pa.DataFrameModel):
 
 
 class ModelRewardsTable(pa.DataFrameModel):
-    """A step-reward model's value of every step of a round (`creditline.reward_model`)."""
+    """A step-reward model's value of every step of a round (`creditline.credit.reward_model`)."""
 
     episode_id: Series[str]
     step_idx: Series[int] = pa.Field(ge=0)

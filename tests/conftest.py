@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy
+from creditline.policy.models import TinyPolicyConfig, build_tiny_policy, load_policy
 
 torch.set_num_threads(1)
 

@@ -23,21 +23,21 @@ NOT_EXPECTED = {
     "pipelines.round_runner.RoundInterrupted": "an interrupt (KeyboardInterrupt): Ctrl-C or SIGTERM during a run, "
     "exit 130",
     "pipelines.round_runner._WokenToStop": "an interrupt (KeyboardInterrupt) raised while a step waits for a pool slot",
-    "creditline.serving_requests.RequestError": "an HTTP client's bad request: the policy server answers it with "
+    "creditline.serve.serving_requests.RequestError": "an HTTP client's bad request: the policy server answers it with "
     "status 400 and an OpenAI-style error body; it never reaches the CLI",
     # Not expected today: each fails a round (or a command) as a bug does, its class named, exit 1. Giving one
     # the base would change that output to its message alone, exit 2: a decision of its own, not made here.
-    "creditline.branching.ReplayDivergence": "not expected today: a branched round whose replay differs from "
+    "creditline.rollout.branching.ReplayDivergence": "not expected today: a branched round whose replay differs from "
     "its recording fails the round",
     "creditline.engines.endpoints.EndpointError": "not expected today: a generation replica that fails mid-round "
     "fails the round (one that is down before it is a StoreUnreachable)",
-    "creditline.verifiers_source.VerifiersRunError": "not expected today: a verifiers environment run that "
+    "creditline.interop.verifiers_source.VerifiersRunError": "not expected today: a verifiers environment run that "
     "fails fails the round",
-    "creditline.imported_rollouts.SourceError": "not expected today in a round; `creditline import` turns it into "
+    "creditline.interop.imported_rollouts.SourceError": "not expected today in a round; `creditline import` turns it into "
     "a UsageError",
     "creditline.envs.registry.UnknownEnvironment": "not expected today past the config checks, which report it "
     "as a ConfigError's problem",
-    "creditline.conversation.ChatTemplateError": "not expected today past the config checks, which refuse a "
+    "creditline.rollout.conversation.ChatTemplateError": "not expected today past the config checks, which refuse a "
     "chat config whose tokenizer has no chat template",
     "pipelines.instance.InstanceDamagedError": "not expected today: a Dagster storage no repair can settle",
     "pipelines.dagster_client.DagsterGraphQLError": "not expected today: the Dagster webserver answered a "
@@ -105,7 +105,7 @@ def _step_failure(exc: BaseException) -> SimpleNamespace:
 
 def test_a_round_failed_step_is_expected_when_its_class_is_a_creditline_error():
     """Dagster keeps an error's class name and message; `expected_failures` finds the class from them."""
-    from creditline.imported_rollouts import SourceError
+    from creditline.interop.imported_rollouts import SourceError
     from creditline.store.errors import ChangedInputError
     from pipelines.round_runner import expected_failures
 

@@ -59,20 +59,25 @@ def test_the_contract_checker_sees_violations(tmp_path):
 # numpy/pandas (no torch: `creditline advantages` starts in a fraction of a second and they run anywhere); the
 # store never imports a model library; the environments import nothing but themselves.
 PACKAGES = {
-    "creditline/advantages": (
+    "creditline/credit/advantages": (
         {"numpy", "pandas", "pyarrow"},
-        {"creditline.advantages", "creditline.errors", "creditline.ids", "creditline.param_kinds"},
+        {
+            "creditline.credit.advantages",
+            "creditline.errors",
+            "creditline.ids",
+            "creditline.config.param_kinds",
+        },
     ),
     "creditline/store": (
         {"duckdb", "duckdb_extension_postgres_scanner", "fsspec", "pandas", "pyarrow"},
         {
             "creditline.store",
-            "creditline.deployment",
+            "creditline.config.deployment",
             "creditline.errors",
             "creditline.faults",
             "creditline.ids",
             "creditline.liveness",
-            "creditline.rubrics",
+            "creditline.credit.rubrics",
         },
     ),  # fmt: skip
     "creditline/envs": (set(), {"creditline.envs"}),
@@ -110,8 +115,31 @@ def test_each_core_package_imports_only_what_its_contract_names(package):
 
 
 def test_the_package_contract_sees_a_model_library_in_the_estimators():
-    third_party, core = PACKAGES["creditline/advantages"]
+    third_party, core = PACKAGES["creditline/credit/advantages"]
     assert outside_contract("torch.nn", third_party, core)
-    assert outside_contract("creditline.policy", third_party, core)
-    assert not outside_contract("creditline.advantages.table", third_party, core)
+    assert outside_contract("creditline.policy.models", third_party, core)
+    assert not outside_contract("creditline.credit.advantages.table", third_party, core)
     assert not outside_contract("collections.abc", third_party, core)
+
+
+# The stage packages: what each must never import (other stages' packages and the store), so a stage's code
+# is read, tested and reused on its own (a lazy import inside a function counts).
+STAGE_FORBIDDEN = {
+    "creditline/rollout": {"creditline.store", "creditline.train", "creditline.credit", "creditline.interop",
+                           "creditline.serve"},
+    "creditline/train": {"creditline.store", "creditline.credit", "creditline.interop", "creditline.serve"},
+    "creditline/credit": {"creditline.store", "creditline.interop", "creditline.serve"},
+    "creditline/serve": {"creditline.store", "creditline.train", "creditline.credit", "creditline.interop"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("package", sorted(STAGE_FORBIDDEN))
+def test_a_stage_package_imports_no_other_stage_it_must_not(package):
+    def forbidden(module: str) -> bool:
+        return any(module == bad or module.startswith(bad + ".") for bad in STAGE_FORBIDDEN[package])
+
+    offenders = {
+        str(f.relative_to(ROOT)): sorted(m for m in imported_modules(f) if forbidden(m))
+        for f in sorted((ROOT / package).rglob("*.py"))
+    }
+    assert {f: bad for f, bad in offenders.items() if bad} == {}

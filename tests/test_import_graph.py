@@ -48,7 +48,9 @@ def imported_roots(*args: str, data_root: Path | None = None) -> tuple[subproces
 
 
 def test_importing_the_cli_and_the_config_imports_no_model_orchestrator_or_table_library():
-    result, roots = imported_roots("-c", "import pipelines.cli, creditline.config, creditline.stage_settings")
+    result, roots = imported_roots(
+        "-c", "import pipelines.cli, creditline.config, creditline.config.stage_settings"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert roots & (HEAVY | TABLES) == set()
     assert {"pipelines", "creditline", "duckdb"} <= roots  # the check sees what was imported

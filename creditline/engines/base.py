@@ -3,7 +3,7 @@
 Both engines take prompts as token ids (the rollout loop owns tokenisation) and return, per prompt,
 the completion token ids and the log-probability of each sampled token under the distribution it
 was sampled from: `log_softmax(logits / temperature)` over the top-p nucleus
-(`creditline.logprobs.nucleus_logits`; the whole vocabulary when top_p = 1; raw logits when greedy),
+(`creditline.train.logprobs.nucleus_logits`; the whole vocabulary when top_p = 1; raw logits when greedy),
 which is what vLLM reports as processed log-probs. The trainer computes
 its ratio against exactly these numbers, with the same temperature. A completion stops at the
 tokenizer's EOS (which is kept as the last completion token), at a stop string

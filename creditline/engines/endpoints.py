@@ -280,6 +280,6 @@ def _one_line(text: str, limit: int = 500) -> str:
 
 def _eos_token_id(folder: str | Path) -> int:
     """The EOS of `folder`'s tokenizer (the id that ends a completion, as `TorchEngine` and vLLM read it)."""
-    from creditline.policy import load_tokenizer
+    from creditline.policy.models import load_tokenizer
 
     return load_tokenizer(folder).eos_token_id

@@ -17,7 +17,7 @@ import torch
 
 from creditline.engines.base import Completion, SamplingParams
 from creditline.engines.stop_strings import StopStringWatch
-from creditline.logprobs import nucleus_logits
+from creditline.train.logprobs import nucleus_logits
 
 
 class TorchEngine:
@@ -38,7 +38,7 @@ class TorchEngine:
 
     @classmethod
     def from_checkpoint(cls, folder: str | Path, device: str = "cpu") -> TorchEngine:
-        from creditline.policy import load_policy
+        from creditline.policy.models import load_policy
 
         model, tokenizer = load_policy(folder, device)
         return cls(model, tokenizer.eos_token_id, tokenizer.pad_token_id, device, tokenizer)

@@ -5,7 +5,7 @@ token ids, completions come back with the log-prob of each sampled token. vLLM r
 raw model distribution unless asked for processed ones; with `logprobs_mode="processed_logprobs"` they
 are the log-softmax of `logits / temperature` over the top-p nucleus (vLLM 0.32 applies temperature,
 then masks the tokens outside top-k/top-p, then takes the log-softmax; greedy gives the raw
-log-softmax), which is `creditline.logprobs.nucleus_logits`'s definition, the trainer's.
+log-softmax), which is `creditline.train.logprobs.nucleus_logits`'s definition, the trainer's.
 
 One engine per process and configuration (`VLLMEngine.shared`): building a vLLM engine takes tens of
 seconds (weights, KV-cache profiling, CUDA graphs on a GPU), so the rounds of a `creditline run` reuse it

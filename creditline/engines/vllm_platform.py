@@ -35,15 +35,15 @@ CPU_DTYPES = ("auto", "float32", "float16")
 def policy_shape(initial_policy: str) -> dict[str, Any] | None:
     """The config.json of `initial_policy` as vLLM reads it (architectures, head size), for a built-in
     policy its shape; None for a folder without a readable config.json (its own check says so)."""
-    from creditline.config_checks import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
+    from creditline.config.checks import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
 
     if initial_policy == BUILTIN_POLICY:
-        from creditline.policy import TinyPolicyConfig
+        from creditline.policy.models import TinyPolicyConfig
 
         shape = TinyPolicyConfig()
         return {"architectures": ["LlamaForCausalLM"], "head_dim": shape.hidden_size // shape.num_heads}
     if initial_policy == BUILTIN_CHAT_POLICY:
-        from creditline.chat_policy import ChatPolicyConfig
+        from creditline.policy.chat_policy import ChatPolicyConfig
 
         chat_shape = ChatPolicyConfig()
         return {
@@ -70,7 +70,7 @@ def weights_problems(folder: Path, value: str, policy_field: str) -> list:
     does not read (truncated, or not safetensors)."""
     from safetensors import safe_open
 
-    from creditline.config_checks import Problem
+    from creditline.config.checks import Problem
 
     files = sorted(folder.glob("*.safetensors"))
     if not files and not any(folder.glob("*.bin")) and not any(folder.glob("*.pt")):
@@ -104,7 +104,7 @@ def vllm_problems(
 ) -> list:
     """Problems of running `initial_policy` on the installed vLLM with the experiment's `rollouts` settings
     (the policy's problems are named as `policy_field`)."""
-    from creditline.config_checks import Problem
+    from creditline.config.checks import Problem
 
     if rollouts.get("engine") != "vllm":
         return []

@@ -96,13 +96,14 @@ class GoldAnswerEnvironment(Environment, Protocol):
     def gold_answer(self) -> str:
         """The current task's correct final answer, written as a completion would write it (`7`, `1 2`);
         defined after `reset`. IGPO teacher-forces it after each turn's prompt
-        (`creditline.gold_answer.gold_logprobs`): the turn's reward is the gain in its mean token log-prob."""
+        (`creditline.credit.gold_answer.gold_logprobs`): the turn's reward is the gain in its mean token
+        log-prob."""
         ...
 
 
 class SnapshotEnvironment(Environment, Protocol):
-    """An environment that can be restarted from a state it was in (`creditline.branching.can_snapshot`);
-    without it, branching replays the recorded actions."""
+    """An environment that can be restarted from a state it was in
+    (`creditline.rollout.branching.can_snapshot`); without it, branching replays the recorded actions."""
 
     def snapshot(self) -> Any:
         """The current state, opaque to the caller."""

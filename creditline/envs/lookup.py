@@ -11,7 +11,7 @@ searches the same world. Each turn the agent either looks at a place or answers:
 Looks earn no reward, so the outcome alone says only whether the final answer was right. What a look
 is worth is how much it tells about the answer: IGPO (arXiv 2510.14967) rewards each turn with the
 gain in the policy's probability of the gold answer (`gold_answer()`, scored by
-`creditline.gold_answer.gold_logprobs`), which rises at the turn that finds the digit.
+`creditline.credit.gold_answer.gold_logprobs`), which rises at the turn that finds the digit.
 
 The prompt is the whole state: `key`, then each place looked at with what was found there, in the
 fixed order up, down, left, right (`key`, `key left no`, `key up no left 7`); the anchor is that same
@@ -115,7 +115,7 @@ class LookupEnv:
         return self._code[1]
 
     def snapshot(self) -> tuple:
-        """The whole state, immutable (branching restarts from it: `creditline.branching`)."""
+        """The whole state, immutable (branching restarts from it: `creditline.rollout.branching`)."""
         return (self._code, tuple(self._seen.items()), self._steps)
 
     def restore(self, state: tuple) -> Observation:

@@ -139,7 +139,7 @@ class MazeEnv:
         )
 
     def snapshot(self) -> tuple:
-        """The whole state, immutable (branching restarts from it: `creditline.branching`)."""
+        """The whole state, immutable (branching restarts from it: `creditline.rollout.branching`)."""
         return (self._layout, self._pos, self._has_key, self._steps, self._last_action)
 
     def restore(self, state: tuple) -> Observation:

@@ -117,7 +117,7 @@ def _attached(target: str, pid: int) -> duckdb.DuckDBPyConnection:
         con.execute(f"ATTACH '{quoted}' AS lineage (TYPE postgres)")
     except duckdb.Error as error:  # DuckDB's message carries the URI, password included
         con.close()
-        from creditline.deployment import redact
+        from creditline.config.deployment import redact
 
         raise CatalogUnreachableError(str(error).replace(target, redact(target))) from None
     except BaseException:

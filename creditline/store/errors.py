@@ -26,7 +26,7 @@ class StoreLockedError(CreditlineError, TimeoutError):
     """The DuckDB file stayed locked by another writer for longer than the store is willing to wait."""
 
     def __init__(self, path: str, waited_s: float, attempts: int, last_error: BaseException) -> None:
-        from creditline.deployment import redact
+        from creditline.config.deployment import redact
 
         self.path = path
         self.waited_s = waited_s

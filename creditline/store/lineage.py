@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from creditline.deployment import redact
+from creditline.config.deployment import redact
 from creditline.faults import failpoint
 from creditline.ids import canonical_json
 from creditline.store.connection import (
@@ -314,7 +314,7 @@ class LineageStore:
 
     def record_branches(self, steps_hash: str, links: Sequence[tuple[str, str, int]]) -> None:
         """Record the continuations of the steps table `steps_hash`: (episode_id, branch_of_episode,
-        branch_of_step) each (`creditline.branching`); idempotent, keyed by the table's hash."""
+        branch_of_step) each (`creditline.rollout.branching`); idempotent, keyed by the table's hash."""
 
         def work(con: duckdb.DuckDBPyConnection) -> None:
             con.execute("DELETE FROM branches WHERE steps_hash = ?", [steps_hash])

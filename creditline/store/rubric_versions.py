@@ -1,13 +1,13 @@
 """Every rubric version ever registered or scored, kept in the lineage store after the code moves on.
 
-A rubric's version is a hash of its definition (`creditline.rubrics`), so editing a rubric replaces
+A rubric's version is a hash of its definition (`creditline.credit.rubrics`), so editing a rubric replaces
 its version in code. The tables scored with the old version stay on disk and in ``artifacts``; this
 table keeps the version itself, with the definition it stood for (criteria, weights, parameters and
 source), so the re-score partitions of old versions can be listed, and read, after the code that
 defined them is gone. Rows are only ever inserted: the first sighting of a version wins, and
 recording it again is a no-op.
 
-The store does not import `creditline.rubrics` at run time (only for type annotations): every module
+The store does not import `creditline.credit.rubrics` at run time (only for type annotations): every module
 that imports `creditline.store` would otherwise carry the rubrics in its code version
 (`assets/code_version.py`), and editing a rubric would mark the rollouts stale.
 """
@@ -26,7 +26,7 @@ from creditline.ids import canonical_json
 from creditline.store.lineage import LineageStore
 
 if TYPE_CHECKING:
-    from creditline.rubrics import Rubric, RubricGroup
+    from creditline.credit.rubrics import Rubric, RubricGroup
 
 
 @dataclass(frozen=True)

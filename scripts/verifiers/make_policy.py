@@ -3,7 +3,7 @@
 Run with the project venv:  .venv/bin/python scripts/verifiers/make_policy.py [FOLDER]
 (default FOLDER: tests/data/verifiers/policy). Deterministic: the same code gives the same weights.
 
-1. `creditline.chat_policy.build_chat_policy` (Qwen2 + byte-level BPE + ChatML, seed 0) on a corpus made of
+1. `creditline.policy.chat_policy.build_chat_policy` (Qwen2 + byte-level BPE + ChatML, seed 0) on a corpus made of
    the tasks' texts, the `add` tool's JSON schema and hermes tool calls.
 2. Tool calling: `<tool_call>`, `</tool_call>`, `<tool_response>`, `</tool_response>` become added tokens
    (single ids, as in Qwen2.5: verifiers 0.4.0's hermes parser finds calls by token id), the embeddings are
@@ -37,8 +37,8 @@ from tasks import (  # noqa: E402
     tool_question,
 )
 
-from creditline.chat_policy import ChatPolicyConfig, build_chat_policy  # noqa: E402
-from creditline.policy import load_policy, save_policy  # noqa: E402
+from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy  # noqa: E402
+from creditline.policy.models import load_policy, save_policy  # noqa: E402
 
 SEED = 0
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]

@@ -48,7 +48,7 @@ def random_steps(
 def invariance_check(estimator: str, column: str, seed: int) -> None:
     """The estimator's advantages (with a per-step `column` of normal values and 0/1 outcomes) do not depend on
     the row order or on the groups' names."""
-    from creditline.advantages import compute
+    from creditline.credit.advantages import compute
 
     rng = np.random.default_rng(seed)
     rows = []

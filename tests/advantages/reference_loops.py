@@ -23,7 +23,7 @@ from difflib import SequenceMatcher
 import numpy as np
 import pandas as pd
 
-from creditline.advantages.conventions import Conventions
+from creditline.credit.advantages.conventions import Conventions
 
 
 def _mean(xs):

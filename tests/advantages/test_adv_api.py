@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 from adv_tables import random_steps
 
-import creditline.advantages as adv
-from creditline.advantages import (
+import creditline.credit.advantages as adv
+from creditline.credit.advantages import (
     AdvantageInputError,
     Conventions,
     available,

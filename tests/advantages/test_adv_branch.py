@@ -1,4 +1,4 @@
-"""mc_branch and spo_tree (creditline.advantages.branch): hand-computed toy trees, invariants, bad links."""
+"""mc_branch and spo_tree (creditline.credit.advantages.branch): hand-computed toy trees, invariants, bad links."""
 
 import numpy as np
 import pandas as pd
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from creditline.advantages import AdvantageInputError, compute
+from creditline.credit.advantages import AdvantageInputError, compute
 
 # One group: a (3 steps, rewards 0 0 1) and b (2 steps, 0 0); two continuations from a's step 1:
 # c0 (0 0) and c1 (0 1). γ = 1.

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditline.advantages import compute
+from creditline.credit.advantages import compute
 
 EPS = 1e-6
 

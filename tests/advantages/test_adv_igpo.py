@@ -1,4 +1,4 @@
-"""IGPO (creditline.advantages.igpo): turn rewards from the gold answer's log-probability, by hand."""
+"""IGPO (creditline.credit.advantages.igpo): turn rewards from the gold answer's log-probability, by hand."""
 
 import math
 
@@ -9,9 +9,9 @@ from adv_tables import invariance_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from creditline.advantages import AdvantageInputError, compute
 from creditline.config import from_dict
-from creditline.config_checks import ConfigError
+from creditline.config.checks import ConfigError
+from creditline.credit.advantages import AdvantageInputError, compute
 
 # a: 3 turns, ℓ = -2, -1, -0.5, outcome 1; b: 2 turns, ℓ = -2, -2, outcome 0
 TOY = pd.DataFrame({

@@ -11,8 +11,8 @@ import pytest
 from adv_tables import random_steps, shuffled
 from reference_loops import LOOPS, discounted_returns_loop, reference_presets
 
-from creditline.advantages import compute, discounted_returns
-from creditline.advantages.registry import resolve
+from creditline.credit.advantages import compute, discounted_returns
+from creditline.credit.advantages.registry import resolve
 
 CASES = [
     ("grpo", {}),

@@ -1,4 +1,4 @@
-"""prime and spa (creditline.advantages.model_reward): advantages from a step-reward model's values, by hand."""
+"""prime and spa (creditline.credit.advantages.model_reward): advantages from a step-reward model's values, by hand."""
 
 import math
 
@@ -9,7 +9,7 @@ from adv_tables import invariance_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from creditline.advantages import AdvantageInputError, compute
+from creditline.credit.advantages import AdvantageInputError, compute
 
 # group g: a (2 steps, v = 0.2, 0.4, R = 1), b (1 step, v = −0.3, R = 0); group h: c alone (v = 0.5, R = 1)
 TOY = pd.DataFrame({

@@ -28,7 +28,7 @@ import pandas as pd
 import pytest
 from reference_loops import REFERENCE_PRESETS
 
-from creditline.advantages import available, compute, params_hash, presets
+from creditline.credit.advantages import available, compute, params_hash, presets
 
 EPS = 1e-6
 MULTI = pd.DataFrame(

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_loops import reference_presets
 
-from creditline.advantages import compute
+from creditline.credit.advantages import compute
 
 SETTINGS = settings(
     max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import torch
 
-from creditline.advantages import compute
+from creditline.credit.advantages import compute
 
 F64 = torch.float64
 

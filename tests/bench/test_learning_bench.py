@@ -63,7 +63,7 @@ def test_branched_estimators_spend_half_the_tasks_on_continuations_and_igpo_need
     sys.path.insert(0, str(BENCH.parent))
     import learning
 
-    from creditline.config_checks import ConfigError
+    from creditline.config.checks import ConfigError
 
     branched = learning.task_config("sparse-maze", "mc_branch", 0, quick=False)
     plain = learning.task_config("sparse-maze", "grpo", 0, quick=False)

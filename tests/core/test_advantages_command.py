@@ -1,5 +1,5 @@
 """`creditline advantages` computes what a round computes: the round's step join, sample filter and fill of
-an imported step's preset advantage (`creditline.round_advantages`), on a shuffled scores table."""
+an imported step's preset advantage (`creditline.credit.round_advantages`), on a shuffled scores table."""
 
 import json
 
@@ -9,7 +9,7 @@ import pytest
 from e2e.cli import creditline
 
 from creditline.config import AdvantageSettings
-from creditline.round_advantages import step_advantages
+from creditline.credit.round_advantages import step_advantages
 
 SETTINGS = [
     AdvantageSettings(),  # the default experiment's GiGPO

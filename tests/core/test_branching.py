@@ -1,4 +1,4 @@
-"""Branching rollouts (`creditline.branching`): restart from a recorded step, by snapshot or by replay."""
+"""Branching rollouts (`creditline.rollout.branching`): restart from a recorded step, by snapshot or by replay."""
 
 import random
 
@@ -6,17 +6,17 @@ import pandas as pd
 import pytest
 
 from creditline import ids
-from creditline.branching import (
+from creditline.engines import SamplingParams, TorchEngine
+from creditline.envs import make_env
+from creditline.envs.base import Observation, Transition
+from creditline.rollout.branching import (
     BranchSettings,
     ReplayDivergence,
     choose_points,
     play_branches,
     with_branches,
 )
-from creditline.engines import SamplingParams, TorchEngine
-from creditline.envs import make_env
-from creditline.envs.base import Observation, Transition
-from creditline.rollout import reset_seed, run_episodes
+from creditline.rollout.episodes import reset_seed, run_episodes
 from schemas.tables import EpisodesTable, StepsTable
 
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=1, seed=3)
@@ -186,7 +186,7 @@ BRANCHED = {"branching": {"points": "every"}, "advantages": {"estimator": "mc_br
 )
 def test_branching_is_refused_where_continuations_would_be_misread(overrides, message):
     from creditline.config import from_dict
-    from creditline.config_checks import ConfigError
+    from creditline.config.checks import ConfigError
 
     with pytest.raises(ConfigError) as refused:
         from_dict({**BRANCHED, **overrides})

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from creditline.chat_policy import (
+from creditline.policy.chat_policy import (
     CHAT_SPECIAL_TOKENS,
     CHAT_TEMPLATE,
     ChatPolicyConfig,

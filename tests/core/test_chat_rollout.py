@@ -8,19 +8,19 @@ from dataclasses import replace
 import pytest
 import torch
 
-from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
 from creditline.config import ExperimentConfig
-from creditline.conversation import ChatTemplateError
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.envs import make_env
-from creditline.initial_policy import build_initial_policy
-from creditline.logprobs import completion_logprobs
-from creditline.policy import build_tokenizer, load_policy
-from creditline.rollout import run_episodes
+from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
+from creditline.policy.initial_policy import build_initial_policy
+from creditline.policy.models import build_tokenizer, load_policy
+from creditline.rollout.conversation import ChatTemplateError
+from creditline.rollout.episodes import run_episodes
+from creditline.rollout.turn_packing import merge_turns
 from creditline.store import hash_path
-from creditline.trainer import TrainConfig, pack, score, train
-from creditline.turn_packing import merge_turns
-from creditline.warm_start import WarmStartSettings
+from creditline.train.logprobs import completion_logprobs
+from creditline.train.trainer import TrainConfig, pack, score, train
+from creditline.train.warm_start import WarmStartSettings
 from schemas import StepsTable
 
 SMALL = ChatPolicyConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64,
@@ -203,7 +203,7 @@ def test_one_training_row_per_episode_gives_the_same_loss_and_gradients_from_few
 
 
 def test_chat_last_renders_each_turn_fresh_from_the_instructions_and_the_current_observation(chat_policy):
-    from creditline.conversation import Conversation
+    from creditline.rollout.conversation import Conversation
 
     model, tokenizer = chat_policy
     engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
@@ -232,8 +232,8 @@ def test_chat_last_needs_a_chat_template_too(tmp_path):
 def test_branching_a_chat_episode_rebuilds_its_conversation_token_for_token(chat_policy, prompt_format):
     """A continuation of a chat episode starts from the prompt the policy saw at the branch point: the
     conversation rebuilt from the recorded observations and completions (checked against the recording)."""
-    from creditline.branching import BranchSettings, choose_points, play_branches, with_branches
-    from creditline.rollout import reset_seed
+    from creditline.rollout.branching import BranchSettings, choose_points, play_branches, with_branches
+    from creditline.rollout.episodes import reset_seed
 
     model, tokenizer = chat_policy
     engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)

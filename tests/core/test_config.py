@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from creditline.advantages import available
 from creditline.config import (
     ExperimentConfig,
     RolloutSettings,
@@ -21,8 +20,9 @@ from creditline.config import (
     load_config,
     registration,
 )
-from creditline.config_checks import RELATIONS, ConfigError, check_value, interval
-from creditline.rubrics import RUBRICS
+from creditline.config.checks import RELATIONS, ConfigError, check_value, interval
+from creditline.credit.advantages import available
+from creditline.credit.rubrics import RUBRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -569,7 +569,7 @@ def test_chat_prompts_need_a_policy_with_a_chat_template(tmp_path):
         'grpo.toml: rollouts.prompt_format = "chat": the built-in tiny policy has no chat template'
     )
     folder = tmp_path / "base-model"
-    from creditline.policy import build_tiny_policy
+    from creditline.policy.models import build_tiny_policy
 
     build_tiny_policy(folder)
     (line,) = problems_of(tmp_path, f'initial_policy = "{folder}"\n[rollouts]\nprompt_format = "chat"\n')

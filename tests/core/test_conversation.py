@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from creditline.chat_policy import train_chat_tokenizer
-from creditline.conversation import ChatTemplateError, Conversation
-from creditline.policy import build_tokenizer
+from creditline.policy.chat_policy import train_chat_tokenizer
+from creditline.policy.models import build_tokenizer
+from creditline.rollout.conversation import ChatTemplateError, Conversation
 
 LINES = [f"go key {d} {i % 5} last {d}" for i, d in enumerate(["left", "right", "up", "down"] * 30)]
 

@@ -3,8 +3,8 @@
 import pandas as pd
 
 from creditline.config import AdvantageSettings
-from creditline.credit_plot import GRPO, credit_episodes, credit_picture, credit_table
-from creditline.round_advantages import step_advantages
+from creditline.credit.credit_plot import GRPO, credit_episodes, credit_picture, credit_table
+from creditline.credit.round_advantages import step_advantages
 
 
 def _round():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from creditline.deployment import Deployment, DeploymentError, load_deployment, redact
+from creditline.config.deployment import Deployment, DeploymentError, load_deployment, redact
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "deployment" / "deployment.toml"
 

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from creditline.engines import SamplingParams, TorchEngine
-from creditline.rollout import encode_prompt
-from creditline.trainer import pack, score
+from creditline.rollout.episodes import encode_prompt
+from creditline.train.trainer import pack, score
 
 
 def make_engine(tiny_policy):

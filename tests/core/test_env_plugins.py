@@ -12,8 +12,8 @@ import pytest
 from creditline.config import ConfigError, from_dict
 from creditline.envs import BUILTIN_ENVIRONMENTS, UnknownEnvironment, make_env, registered_environments
 from creditline.envs.registry import environment_factory
-from creditline.initial_policy import build_initial_policy
-from creditline.policy import load_tokenizer
+from creditline.policy.initial_policy import build_initial_policy
+from creditline.policy.models import load_tokenizer
 
 creditline_countdown = pytest.importorskip(
     "creditline_countdown",

@@ -7,7 +7,7 @@ import msgspec
 import pandas as pd
 import pytest
 
-from creditline.export import export_lines
+from creditline.interop.export import export_lines
 
 STEPS = pd.DataFrame(
     [

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from core.test_export import ADVANTAGES, SCORES, STEPS, TrainingSample
-from creditline import export
-from creditline.export import export_lines
-from creditline.verifiers_import import read_source, source_tables
+from creditline.interop import export
+from creditline.interop.export import export_lines
+from creditline.interop.verifiers_import import read_source, source_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "verifiers"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from creditline.gold_answer import gold_logprobs
+from creditline.credit.gold_answer import gold_logprobs
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:

@@ -4,8 +4,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.envs import make_env
-from creditline.policy import load_policy, save_policy
-from creditline.rollout import run_episodes
+from creditline.policy.models import load_policy, save_policy
+from creditline.rollout.episodes import run_episodes
 from creditline.store import hash_directory, write_parquet_atomic
 
 

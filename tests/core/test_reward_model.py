@@ -1,4 +1,4 @@
-"""The step-reward model (creditline.reward_model, implicit_prm, progress_model) on a real tiny round."""
+"""The step-reward model (creditline.credit.reward_model, implicit_prm, progress_model) on a real tiny round."""
 
 import numpy as np
 import pytest
@@ -6,11 +6,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from creditline.config import from_dict
-from creditline.engines import TorchEngine
-from creditline.initial_policy import build_initial_policy
-from creditline.logprobs import full_vocab_logprobs
-from creditline.policy import load_policy
-from creditline.reward_model import (
+from creditline.credit.reward_model import (
     RewardModelSettings,
     accumulate_gradient,
     all_row_values,
@@ -21,7 +17,11 @@ from creditline.reward_model import (
     targets,
     train_reward_model,
 )
+from creditline.engines import TorchEngine
+from creditline.policy.initial_policy import build_initial_policy
+from creditline.policy.models import load_policy
 from creditline.round import generate_rollouts, score_rollouts
+from creditline.train.logprobs import full_vocab_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from creditline.config import AdvantageSettings
+from creditline.credit.round_advantages import join_on_step, step_advantages
 from creditline.round import training_rows, with_token_advantages
-from creditline.round_advantages import join_on_step, step_advantages
 
 
 def _steps(lengths: list[int]) -> pd.DataFrame:
@@ -87,9 +87,9 @@ def test_an_igpo_round_records_the_gold_answer_log_probability_of_every_step(tin
     """The rollouts stage adds `gold_logprob` for an estimator that reads it: ℓ of the episode's gold answer
     after each step's prompt, as `gold_logprobs` gives it directly."""
     from creditline.config import from_dict
+    from creditline.credit.gold_answer import gold_logprobs
     from creditline.engines import TorchEngine
     from creditline.envs import make_env
-    from creditline.gold_answer import gold_logprobs
     from creditline.round import generate_rollouts
 
     model, tokenizer = tiny_policy

@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditline.advantages import compute
-from creditline.rubrics import RUBRICS, Criterion, Rubric, RubricGroup, env_reward, score, success
+from creditline.credit.advantages import compute
+from creditline.credit.rubrics import RUBRICS, Criterion, Rubric, RubricGroup, env_reward, score, success
 
 
 def tables():

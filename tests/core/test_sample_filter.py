@@ -1,13 +1,13 @@
-"""PROF's consistency filter (creditline.sample_filter) and the round's use of it, by hand."""
+"""PROF's consistency filter (creditline.credit.sample_filter) and the round's use of it, by hand."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from creditline.config import AdvantageSettings
+from creditline.credit.round_advantages import step_advantages
+from creditline.credit.sample_filter import consistency, prof_keep
 from creditline.round import training_rows
-from creditline.round_advantages import step_advantages
-from creditline.sample_filter import consistency, prof_keep
 
 
 def round_tables(step_rewards: dict[str, list[float]], success: dict[str, bool], group="g"):

@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from creditline.chat_policy import ChatPolicyConfig, build_chat_policy
 from creditline.engines import Completion, SamplingParams, TorchEngine
 from creditline.lineage_chain import ParentCheckpointError, served_checkpoint
-from creditline.policy import load_policy
-from creditline.serving import (
+from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy
+from creditline.policy.models import load_policy
+from creditline.rollout.tool_calls import parse_tool_calls
+from creditline.serve.serving import (
     PolicyServer,
     chat_completion,
     choice_seed,
@@ -20,9 +21,8 @@ from creditline.serving import (
     render_chat,
     tokenize,
 )
-from creditline.serving_requests import RequestError, chat_messages
+from creditline.serve.serving_requests import RequestError, chat_messages
 from creditline.store import LineageStore, hash_path
-from creditline.tool_calls import parse_tool_calls
 
 SMALL = ChatPolicyConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64,
                          max_positions=256, vocab_size=320)  # fmt: skip
@@ -299,7 +299,7 @@ def test_served_checkpoint_resolves_rounds_from_the_lineage_store(tmp_path, poli
 
 
 def test_response_ids_derive_from_the_request_and_its_seed():
-    from creditline.serving import response_id
+    from creditline.serve.serving import response_id
 
     request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     assert response_id(request, 3) == response_id(dict(request), 3)

@@ -5,13 +5,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from creditline.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
 from creditline.config import ConfigError, from_dict
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.engines.stop_strings import cut_after_stop, stop_end
 from creditline.envs import make_env
-from creditline.policy import load_policy
-from creditline.rollout import decode_action, run_episodes
+from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
+from creditline.policy.models import load_policy
+from creditline.rollout.episodes import decode_action, run_episodes
 
 SMALL = ChatPolicyConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64,
                          max_positions=256, vocab_size=320)  # fmt: skip

@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from creditline.config import ExperimentConfig
+from creditline.credit.round_advantages import step_advantages
+from creditline.credit.rubrics import get_rubric
 from creditline.engines import SamplingParams, TorchEngine
-from creditline.logprobs import completion_logprobs, full_vocab_logprobs
-from creditline.policy import load_policy
-from creditline.policy_update import update_policy
-from creditline.rollout import run_episodes
+from creditline.policy.models import load_policy
+from creditline.rollout.episodes import run_episodes
 from creditline.round import training_rows
-from creditline.round_advantages import step_advantages
-from creditline.rubrics import get_rubric
-from creditline.trainer import TrainConfig, clipped_pg_terms, k3, micro_batches, pack, score, train
+from creditline.train.logprobs import completion_logprobs, full_vocab_logprobs
+from creditline.train.policy_update import update_policy
+from creditline.train.trainer import TrainConfig, clipped_pg_terms, k3, micro_batches, pack, score, train
 
 
 def test_clipped_terms_by_hand():

@@ -5,7 +5,7 @@ import pandas as pd
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditline.turn_packing import COLUMNS, merge_turns
+from creditline.rollout.turn_packing import COLUMNS, merge_turns
 
 TOKENS = st.lists(st.integers(3, 50), min_size=1, max_size=4)
 
@@ -89,7 +89,7 @@ def test_a_hand_made_episode_with_one_break():
 
 def _merge_by_walking(rows: pd.DataFrame) -> list[dict]:
     """The reference: every episode walked turn by turn (what `merge_turns` does for chaining episodes only)."""
-    from creditline.turn_packing import _append, _extends, _single
+    from creditline.rollout.turn_packing import _append, _extends, _single
 
     merged = []
     for _, turns in rows.sort_values(["episode_id", "step_idx"], kind="stable").groupby(

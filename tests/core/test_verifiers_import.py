@@ -20,15 +20,15 @@ from verifiers_files import (
 )
 
 from creditline.config import AdvantageSettings
-from creditline.export import export_lines
+from creditline.config.sampling_settings import round_sampling, sampling_problem
+from creditline.credit.round_advantages import step_advantages
+from creditline.credit.rubrics import RUBRICS
 from creditline.ids import anchor_key
-from creditline.imported_rollouts import SourceError
+from creditline.interop.export import export_lines
+from creditline.interop.imported_rollouts import SourceError
+from creditline.interop.verifiers_import import read_source, source_tables
+from creditline.interop.verifiers_v1 import fill_advantages
 from creditline.round import training_rows
-from creditline.round_advantages import step_advantages
-from creditline.rubrics import RUBRICS
-from creditline.sampling_settings import round_sampling, sampling_problem
-from creditline.verifiers_import import read_source, source_tables
-from creditline.verifiers_v1 import fill_advantages
 from schemas import SCHEMAS, validate
 
 

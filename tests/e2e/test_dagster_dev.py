@@ -21,8 +21,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from creditline.credit.rubrics import RUBRICS
 from creditline.liveness import ProcessId
-from creditline.rubrics import RUBRICS
 from creditline.store import LineageStore
 from creditline.store.rounds import round_commits
 from pipelines import dagster_client

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from creditline.chat_policy import ChatPolicyConfig, build_chat_policy
+from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy
 from creditline.store import LineageStore, hash_path
 from e2e.cli import creditline
 

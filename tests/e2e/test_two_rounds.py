@@ -182,7 +182,7 @@ def test_advantages_command_on_a_finished_rounds_files(finished, tmp_path):
     import numpy as np
     import pandas as pd
 
-    from creditline.advantages import compute
+    from creditline.credit.advantages import compute
 
     data_root, _ = finished
     store = LineageStore(data_root / "lineage.duckdb")
@@ -295,7 +295,7 @@ def test_export_hands_the_rounds_per_token_advantages_to_prime_rl_and_verifiers(
 
 
 def test_export_of_a_rescored_round_takes_the_rescored_advantages(finished, tmp_path):
-    from creditline.rubrics import RUBRICS
+    from creditline.credit.rubrics import RUBRICS
     from creditline.store import read_parquet
 
     data_root, _ = finished

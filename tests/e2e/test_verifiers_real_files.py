@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from creditline.config import AdvantageSettings
+from creditline.credit.round_advantages import step_advantages
+from creditline.credit.rubrics import RUBRICS
+from creditline.interop.verifiers_import import read_source, source_tables
 from creditline.round import training_rows
-from creditline.round_advantages import step_advantages
-from creditline.rubrics import RUBRICS
 from creditline.store import LineageStore, read_parquet
-from creditline.verifiers_import import read_source, source_tables
 from e2e.cli import creditline
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "verifiers"

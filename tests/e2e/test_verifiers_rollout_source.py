@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from creditline.config import load_config
-from creditline.config_checks import ConfigError
+from creditline.config.checks import ConfigError
 from creditline.store import LineageStore, read_parquet
 from e2e.cli import creditline
 

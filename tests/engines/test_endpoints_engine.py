@@ -15,13 +15,13 @@ import pytest
 from e2e.test_serve import _ready_line
 
 from assets import ROUND_ASSETS, round_key
-from creditline import serving
 from creditline.config import from_dict
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.engines.endpoints import EndpointError, EndpointsEngine
 from creditline.ids import derive_seed
-from creditline.policy import SPECIAL_TOKENS, TinyPolicyConfig, build_tiny_policy, load_tokenizer
-from creditline.serving_http import serving_in_background
+from creditline.policy.models import SPECIAL_TOKENS, TinyPolicyConfig, build_tiny_policy, load_tokenizer
+from creditline.serve import serving
+from creditline.serve.serving_http import serving_in_background
 from creditline.store import LineageStore
 from resources import EngineResource, LineageResource, TrackerResource
 

@@ -28,7 +28,7 @@ import pandas as pd
 import pytest
 
 from creditline.config import load_config, read_registered, registration
-from creditline.config_checks import MAX_ENV_STEPS, MAX_EPISODES_PER_ROUND, MAX_STEP_ROWS
+from creditline.config.checks import MAX_ENV_STEPS, MAX_EPISODES_PER_ROUND, MAX_STEP_ROWS
 from creditline.store import ArtifactRecord, LineageStore, write_parquet_atomic
 from pipelines.cli import main
 from tests.faults.in_process import Outcome, cli
@@ -172,7 +172,7 @@ def test_serve_port_0_means_any_free_port_and_passes_the_check(capsys, tmp_path,
 
 
 def test_the_http_server_itself_refuses_a_port_a_socket_would_wrap():
-    from creditline.serving_http import serve
+    from creditline.serve.serving_http import serve
 
     with pytest.raises(ValueError, match="port 70000: must be 1..65535"):
         serve(None, "127.0.0.1", 70000)  # type: ignore[arg-type]

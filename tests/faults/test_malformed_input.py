@@ -298,7 +298,7 @@ def test_a_bad_run_argument_is_rejected_before_anything_is_registered(
 
 
 def test_debug_shows_the_traceback_instead(tmp_path, monkeypatch):
-    from creditline.config_checks import ConfigError
+    from creditline.config.checks import ConfigError
 
     config = tmp_path / "bad.toml"
     config.write_text("rounds = -3\n")

@@ -19,9 +19,9 @@ TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
 
 def test_training_runs_on_the_models_device(tiny_policy_dir):
     from creditline.engines import SamplingParams, TorchEngine
-    from creditline.policy import load_policy
-    from creditline.rollout import encode_prompt
-    from creditline.trainer import TrainConfig, pack, train
+    from creditline.policy.models import load_policy
+    from creditline.rollout.episodes import encode_prompt
+    from creditline.train.trainer import TrainConfig, pack, train
 
     model, tokenizer = load_policy(tiny_policy_dir, "cuda")
     engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, "cuda")
@@ -39,9 +39,9 @@ def test_vllm_processed_logprobs_under_top_p_are_the_trainers(tiny_policy_dir):
     pytest.importorskip("vllm")
     from creditline.engines import SamplingParams
     from creditline.engines.vllm_engine import VLLMEngine
-    from creditline.policy import load_policy
-    from creditline.rollout import encode_prompt
-    from creditline.trainer import TrainConfig, pack, score
+    from creditline.policy.models import load_policy
+    from creditline.rollout.episodes import encode_prompt
+    from creditline.train.trainer import TrainConfig, pack, score
 
     model, tokenizer = load_policy(tiny_policy_dir, "cuda")
     prompts = [encode_prompt(tokenizer, f"go key left {x} down 1 last none") for x in range(5)] * 8
@@ -60,8 +60,8 @@ def test_one_vllm_engine_per_process_sleeps_for_training_and_reloads_weights(tin
     pytest.importorskip("vllm")
     from creditline.engines import SamplingParams, release_generation_memory
     from creditline.engines.vllm_engine import VLLMEngine
-    from creditline.policy import load_policy, save_policy
-    from creditline.rollout import encode_prompt
+    from creditline.policy.models import load_policy, save_policy
+    from creditline.rollout.episodes import encode_prompt
 
     model, tokenizer = load_policy(tiny_policy_dir)
     with torch.no_grad():

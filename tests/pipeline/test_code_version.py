@@ -81,9 +81,12 @@ def test_a_package_module_given_directly_is_hashed_with_its_parents(toy):
 
 def test_the_evaluation_asset_runs_the_environments_through_the_config():
     closure = import_closure(["assets.evaluation"])
-    assert {"creditline.evaluation", "creditline.policy", "creditline.config", "creditline.envs.maze"} <= set(
-        closure
-    )
+    assert {
+        "creditline.rollout.evaluation",
+        "creditline.policy.models",
+        "creditline.config",
+        "creditline.envs.maze",
+    } <= set(closure)
     assert closure["creditline.envs.maze"] == Path(importlib.import_module("creditline.envs.maze").__file__)
 
 
@@ -98,11 +101,11 @@ def test_every_asset_module_versions_its_own_closure():
 
 
 def test_a_rubric_edit_marks_the_scores_stale_and_the_store_does_not_carry_the_rubrics():
-    # creditline.store records rubric versions without importing creditline.rubrics at run time, so
+    # creditline.store records rubric versions without importing creditline.credit.rubrics at run time, so
     # every asset that only reads or writes the store keeps its version when a rubric is edited
-    assert "creditline.rubrics" not in import_closure(["creditline.store"])
-    assert "creditline.rubrics" in import_closure(["assets.scores"])
-    assert "creditline.rubrics" in import_closure(["assets.rescore"])
+    assert "creditline.credit.rubrics" not in import_closure(["creditline.store"])
+    assert "creditline.credit.rubrics" in import_closure(["assets.scores"])
+    assert "creditline.credit.rubrics" in import_closure(["assets.rescore"])
 
 
 def test_an_unknown_module_is_one_clear_error():

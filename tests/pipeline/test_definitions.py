@@ -59,7 +59,7 @@ def test_rescore_partitions_are_rounds_by_dynamic_rubric_versions():
 
 
 def test_the_deployment_chooses_the_executor_and_the_instance_storage():
-    from creditline.deployment import DagsterSettings
+    from creditline.config.deployment import DagsterSettings
     from pipelines.definitions import executor_for
     from pipelines.instance import dagster_yaml
 

@@ -5,7 +5,7 @@ import time
 
 import dagster as dg
 
-from creditline.deployment import DagsterSettings
+from creditline.config.deployment import DagsterSettings
 from creditline.liveness import ProcessId, hostname, this_process
 from pipelines.definitions import ROUND_JOB, make_definitions
 from pipelines.instance import dagster_home, dagster_yaml

@@ -7,8 +7,8 @@ import pytest
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from creditline.config import from_dict
-from creditline.policy import load_policy
-from creditline.reward_model import all_row_values, load_reward_model, reward_model_kind, step_batch
+from creditline.credit.reward_model import all_row_values, load_reward_model, reward_model_kind, step_batch
+from creditline.policy.models import load_policy
 from creditline.store.rounds import round_commits, round_problems
 from tests.pipeline.test_round_assets import TINY, run_round
 

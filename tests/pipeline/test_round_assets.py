@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from assets import round_key
-from creditline import rubrics
 from creditline.config import from_dict
+from creditline.credit import rubrics
 from creditline.store import LineageStore
 from pipelines.definitions import ROUND_JOB, make_definitions
 
@@ -77,7 +77,7 @@ def test_round_keys_round_trip(key):
 def test_the_experiment_chooses_its_estimator_and_lineage_and_mlflow_record_it(tmp_path):
     import mlflow
 
-    from creditline.advantages import params_hash
+    from creditline.credit.advantages import params_hash
 
     params = {"mode": "mean_norm", "gamma": 0.9, "history_length": 1}
     with dg.instance_for_test() as instance:
@@ -106,7 +106,7 @@ def test_a_round_hashes_each_artifact_once_and_loads_each_model_once(tmp_path, m
     from collections import Counter
     from pathlib import Path
 
-    from creditline import policy
+    from creditline.policy import models as policy
     from creditline.store import files
 
     hashed: Counter[str] = Counter()
@@ -180,7 +180,7 @@ def test_no_slow_work_runs_while_the_catalog_is_locked(tmp_path, monkeypatch):
 def test_a_branched_round_records_its_continuations_in_lineage_and_the_ui(tmp_path):
     """A round with branching through Dagster: the continuations are rows of the round's tables, their links
     are recorded in the lineage store under the steps table's hash, and the steps materialisation shows them."""
-    from creditline.branching import branch_links
+    from creditline.rollout.branching import branch_links
 
     branching = {"points": "every", "every": 4, "continuations": 2}
     with dg.instance_for_test() as instance:

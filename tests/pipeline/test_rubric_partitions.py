@@ -5,7 +5,7 @@ import pytest
 
 from assets import RESCORE, round_key
 from creditline.config import from_dict
-from creditline.rubrics import RUBRICS, rubric_by_version
+from creditline.credit.rubrics import RUBRICS, rubric_by_version
 from creditline.store import LineageStore, record_rubric_version, rubric_definition, rubric_versions
 from pipelines.definitions import RESCORE_JOB, ROUND_JOB, make_definitions
 from pipelines.rubric_partitions import sync_rubric_partitions
@@ -68,7 +68,7 @@ def test_recording_a_version_again_keeps_its_first_sighting(store):
 
 def test_a_version_no_longer_in_code_is_one_clear_error():
     with pytest.raises(ValueError, match=f"rubric version {GONE} was scored before but is no longer defined in code "
-                                         r"\(creditline/rubrics.py\); its stored partitions stay readable"):  # fmt: skip
+                                         r"\(creditline/credit/rubrics.py\); its stored partitions stay readable"):  # fmt: skip
         rubric_by_version(GONE)
 
 

@@ -3,8 +3,8 @@ from datetime import datetime
 import dagster as dg
 import pytest
 
-from creditline import rubrics
 from creditline.config import from_dict
+from creditline.credit import rubrics
 from pipelines.cron_window import in_window
 from pipelines.definitions import ROUND_JOB, make_definitions
 from pipelines.sensors import next_rounds, round_sensor

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from creditline.deployment import load_deployment
+from creditline.config.deployment import load_deployment
 from creditline.store import LineageStore, hash_path
 from creditline.store.rounds import round_commits
 

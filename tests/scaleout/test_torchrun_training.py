@@ -16,12 +16,12 @@ import torch
 from assets import ROUND_ASSETS, round_key
 from assets.train_worker import torchrun_command
 from creditline.config import ExperimentConfig, from_dict
+from creditline.credit.round_advantages import step_advantages
+from creditline.credit.rubrics import get_rubric
 from creditline.engines import SamplingParams, TorchEngine
-from creditline.policy import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
-from creditline.rollout import run_episodes
+from creditline.policy.models import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
+from creditline.rollout.episodes import run_episodes
 from creditline.round import train_policy
-from creditline.round_advantages import step_advantages
-from creditline.rubrics import get_rubric
 from creditline.store import LineageStore, read_parquet, write_parquet_atomic
 from resources import EngineResource, LineageResource, TrackerResource
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from creditline.audit import NO_RECORD, NOT_IN_CHAIN, UNRECORDED, AuditEntry, lineage_report
 from creditline.store import ArtifactRecord, LineageStore
+from creditline.store.audit import NO_RECORD, NOT_IN_CHAIN, UNRECORDED, AuditEntry, lineage_report
 
 Recorded = dict[tuple[int, str], ArtifactRecord]
 Sql = Callable[..., list]

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings
-from creditline.policy import TinyPolicyConfig, build_tiny_policy, load_policy, save_policy
+from creditline.policy.models import TinyPolicyConfig, build_tiny_policy, load_policy, save_policy
 
 # `make test` runs this folder as a background job, which bash starts with SIGINT ignored; the servers these
 # tests start (and stop with SIGTERM) would inherit that. Restore Python's own handler.

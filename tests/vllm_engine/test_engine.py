@@ -18,9 +18,9 @@ import torch
 
 from creditline.engines import SamplingParams
 from creditline.engines.vllm_engine import VLLMEngine
-from creditline.policy import load_policy, load_tokenizer
-from creditline.rollout import encode_prompt
-from creditline.trainer import pack, score
+from creditline.policy.models import load_policy, load_tokenizer
+from creditline.rollout.episodes import encode_prompt
+from creditline.train.trainer import pack, score
 
 from .conftest import SETTINGS
 

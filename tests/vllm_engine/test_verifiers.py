@@ -18,10 +18,10 @@ from e2e.cli import creditline
 from e2e.test_serve import _ready_line
 from e2e.test_verifiers_rollout_source import POLICY, ROOT, VENVS, config_file
 
-from creditline.policy import load_policy
+from creditline.interop.verifiers_import import read_source, source_tables
+from creditline.policy.models import load_policy
 from creditline.store import LineageStore, read_parquet
-from creditline.trainer import pack, score
-from creditline.verifiers_import import read_source, source_tables
+from creditline.train.trainer import pack, score
 from tests.servers import stop_process
 
 from .conftest import DEVICE

@@ -1,0 +1,87 @@
+"""Stage 3 of a round, the step advantages, as both the round and `creditline advantages` compute them.
+
+The round's tables are joined one way, on (episode_id, step_idx), one row to one row (`join_on_step`); the
+advantage of every joined row comes from `estimate`: the estimator over the episodes the sample filter
+keeps, then the source's own advantage wherever an imported step carries one (verifiers' fill-if-None).
+`step_advantages` is the round's advantages table built on it; `creditline advantages` calls `estimate` on a
+user's table, so the command computes what a round computes (tests/core/test_advantages_command.py).
+
+Nothing here imports torch: the command stays a fraction of a second to start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from creditline.config import AdvantageSettings
+from creditline.credit.advantages import compute, fill_preset, input_columns, params_hash
+from creditline.credit.sample_filter import prof_keep
+
+STEP_KEY = ["episode_id", "step_idx"]
+"""What identifies a step row in every round table."""
+REWARD_COLUMNS = ["step_reward", "episode_reward"]
+"""What a scores table gives the estimator."""
+
+
+def join_on_step(left: pd.DataFrame, right: pd.DataFrame, columns: list[str], what: str) -> pd.DataFrame:
+    """`left` with `columns` of `right` joined on (episode_id, step_idx), one to one, every left row kept.
+
+    `what` names `right` in the error when it does not cover every step of `left`.
+    """
+    joined = left.merge(right[[*STEP_KEY, *columns]], on=STEP_KEY, how="inner", validate="one_to_one")
+    if len(joined) != len(left):
+        raise ValueError(f"{what} cover {len(joined)} of {len(left)} step rows")
+    return joined
+
+
+def estimate(
+    joined: pd.DataFrame, settings: AdvantageSettings, episodes: pd.DataFrame | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The advantage of every row of `joined` (step rows with their rewards): (advantage (S,), kept (S,)).
+
+    With a sample filter (`settings.sample_filter`, which reads the `episodes`' success) the estimator sees
+    the kept episodes only; a dropped episode's rows get advantage 0 and kept False, and the trainer skips
+    them. Where a row carries the advantage its source assigned (`preset_advantage`, NaN where none), that
+    value is kept and the estimator's fills the rest (`fill_preset`).
+    """
+    kept = np.ones(len(joined), dtype=bool)
+    if settings.sample_filter == "prof":
+        if episodes is None:
+            raise ValueError("the prof sample filter needs the round's episodes (their success)")
+        kept = prof_keep(joined, episodes, settings.filter_remove).reindex(joined["episode_id"]).to_numpy()
+    advantage = np.zeros(len(joined))
+    advantage[kept] = compute(settings.estimator, joined[kept], **settings.params)  # (S_kept,)
+    if "preset_advantage" in joined:
+        advantage = fill_preset(joined["preset_advantage"].to_numpy(dtype=float), advantage)
+    return advantage, kept
+
+
+def step_advantages(
+    steps: pd.DataFrame,
+    scores: pd.DataFrame,
+    settings: AdvantageSettings,
+    episodes: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The round's advantages table: one advantage per step row (`estimate`), computed once over the round's
+    steps joined with its scores, with the rubric version, estimator, parameters' hash and completion length.
+    An imported round's steps may carry the advantage their source assigned (`preset_advantage`): it is kept.
+    """
+    preset = ["preset_advantage"] if "preset_advantage" in steps else []
+    extra = [name for name in input_columns(settings.estimator) if name in steps]
+    columns = ["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset, *extra]
+    joined = join_on_step(steps[columns], scores, ["rubric_version", *REWARD_COLUMNS], "scores")
+    advantage, kept = estimate(joined, settings, episodes)
+    table = pd.DataFrame(
+        {
+            "episode_id": joined["episode_id"],
+            "group_id": joined["group_id"],
+            "step_idx": joined["step_idx"],
+            "rubric_version": joined["rubric_version"],
+            "estimator": settings.estimator,
+            "params_hash": params_hash(settings.estimator, settings.params),
+            "advantage": advantage,
+            "completion_length": joined["completion_ids"].map(len).to_numpy(),
+        }
+    )
+    return table.assign(kept=kept) if settings.sample_filter != "none" else table
