@@ -529,8 +529,9 @@ def cmd_advantages(args) -> int:
         if missing := [c for c in STEP_KEY if c not in steps.columns]:
             raise UsageError(f"--steps {args.steps}: missing column(s) {missing}")
         for table, flag, path in ((steps, "--steps", args.steps), (scores, "--scores", args.scores)):
-            if table.duplicated(STEP_KEY).any():
-                row = int(table.duplicated(STEP_KEY).to_numpy().argmax())
+            repeated = table.duplicated(STEP_KEY).to_numpy()
+            if repeated.any():
+                row = int(repeated.argmax())
                 raise UsageError(
                     f"{flag} {path}: row {row}: a second row of step {table[STEP_KEY].iloc[row].tolist()}"
                 )

@@ -28,15 +28,21 @@ def creditline(
         env = {**os.environ, DATA_ROOT: str(data_root)}
         return sp.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
                       timeout=timeout)  # fmt: skip
+    return in_process([str(arg) for arg in args], {DATA_ROOT: str(data_root)})
+
+
+def in_process(argv: list[str], env: dict[str, str] | None = None) -> sp.CompletedProcess:
+    """`creditline ARGV` in this process (with `env` added to the environment): an argparse exit counts as
+    its exit code; the environment, SIGTERM handler and unraisable hook are put back afterwards."""
     from pipelines.cli import main
 
     environ, handler, hook = dict(os.environ), signal.getsignal(signal.SIGTERM), sys.unraisablehook
     out, err = io.StringIO(), io.StringIO()
-    os.environ[DATA_ROOT] = str(data_root)
+    os.environ.update(env or {})
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = main([str(arg) for arg in args])
+                code = main(argv)
             except SystemExit as exc:  # argparse's usage errors exit 2
                 code = exc.code if isinstance(exc.code, int) else 1
     finally:
@@ -44,4 +50,4 @@ def creditline(
         os.environ.update(environ)
         signal.signal(signal.SIGTERM, handler)
         sys.unraisablehook = hook
-    return sp.CompletedProcess(["creditline", *map(str, args)], code, out.getvalue(), err.getvalue())
+    return sp.CompletedProcess(["creditline", *argv], code, out.getvalue(), err.getvalue())

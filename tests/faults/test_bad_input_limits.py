@@ -145,7 +145,7 @@ def test_an_environment_whose_code_fails_is_one_line_naming_env_name_and_the_mod
     config.write_text(
         f'name = "plugin-{kind.replace("_", "-")}"\n[env]\nname = "{module}:make"\nparams = {{}}\n'
     )
-    outcome = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config))
+    outcome = cli("--data-root", str(empty_root), "register", "--config", str(config))
     assert_one_error_line(outcome, str(config), expected.replace("{module}", module))
     if kind != "factory_raises":
         assert f'env.name = "{module}:make": ' in outcome.err
@@ -157,17 +157,13 @@ def test_an_environment_whose_code_fails_is_one_line_naming_env_name_and_the_mod
 
 @pytest.mark.parametrize("port", ["70000", "-1", "65536"])
 def test_serve_refuses_a_port_outside_the_tcp_range(capsys, tmp_path, empty_root, port):
-    outcome = cli(
-        capsys, "--data-root", str(empty_root), "serve", "--policy", str(tmp_path / "nope"), "--port", port
-    )
+    outcome = cli("--data-root", str(empty_root), "serve", "--policy", str(tmp_path / "nope"), "--port", port)
     assert_one_error_line(outcome, f"--port {port}: must be 1..65535, or 0 for any free port")
     assert not empty_root.exists()
 
 
 def test_serve_port_0_means_any_free_port_and_passes_the_check(capsys, tmp_path, empty_root):
-    outcome = cli(
-        capsys, "--data-root", str(empty_root), "serve", "--policy", str(tmp_path / "nope"), "--port", "0"
-    )
+    outcome = cli("--data-root", str(empty_root), "serve", "--policy", str(tmp_path / "nope"), "--port", "0")
     assert_one_error_line(outcome, "--policy", "not a checkpoint folder")  # the next check, not the port's
 
 
@@ -196,7 +192,7 @@ def test_a_size_beyond_the_limits_is_refused_before_registering(
 ):
     config = tmp_path / "huge.toml"
     config.write_text('name = "huge"\n' + text)
-    outcome = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config))
+    outcome = cli("--data-root", str(empty_root), "register", "--config", str(config))
     assert_one_error_line(outcome, str(config), *needles)
     assert not (empty_root / CATALOG).exists()
 
@@ -212,9 +208,7 @@ def test_the_shipped_configs_are_within_the_limits(path):
 
 def _advantages(capsys, root: Path, tmp_path: Path, out: str) -> Outcome:
     steps = write_parquet_atomic(steps_table(), tmp_path / "in" / "steps.parquet").path
-    return cli(
-        capsys, "--data-root", str(root), "advantages", "--estimator", "grpo", "--steps", steps, "--out", out
-    )
+    return cli("--data-root", str(root), "advantages", "--estimator", "grpo", "--steps", steps, "--out", out)
 
 
 def test_advantages_out_a_folder_is_one_line(capsys, tmp_path, empty_root):
@@ -243,7 +237,7 @@ def test_advantages_out_that_cannot_be_written_names_out_not_a_temp_file(capsys,
 def test_export_out_is_checked_like_advantages(capsys, tmp_path, root, where):
     out = tmp_path if where == "folder" else tmp_path / "typo" / "r.jsonl"
     before = catalog_rows(root)
-    outcome = cli(capsys, "--data-root", str(root), "export", "--experiment", STORED, "--format", "pr941",
+    outcome = cli("--data-root", str(root), "export", "--experiment", STORED, "--format", "pr941",
                   "--out", str(out))  # fmt: skip
     needle = f"--out {out}: is a folder" if where == "folder" else f"folder {out.parent} does not exist"
     assert_one_error_line(outcome, needle)
@@ -255,16 +249,16 @@ def test_export_out_is_checked_like_advantages(capsys, tmp_path, root, where):
 
 
 def test_lineage_of_a_round_without_a_checkpoint_is_a_bad_argument(capsys, root):
-    outcome = cli(capsys, "--data-root", str(root), "lineage", "--experiment", STORED, "--round", "99")
+    outcome = cli("--data-root", str(root), "lineage", "--experiment", STORED, "--round", "99")
     assert_one_error_line(outcome, "--round 99", repr(STORED), "rounds with a checkpoint: 1")
 
 
 def test_lineage_of_an_experiment_without_rounds_says_so_in_one_line(capsys, empty_root):
     config = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
-    registered = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config),
+    registered = cli("--data-root", str(empty_root), "register", "--config", str(config),
                      "--experiment", "fresh")  # fmt: skip
     assert registered.code == 0, registered.err
-    outcome = cli(capsys, "--data-root", str(empty_root), "lineage", "--experiment", "fresh")
+    outcome = cli("--data-root", str(empty_root), "lineage", "--experiment", "fresh")
     assert outcome.code == 1 and len(outcome.lines) == 1, outcome.err  # not "round None"
     assert "'fresh' has no trained checkpoint yet: no round has run" in outcome.err
 
@@ -276,7 +270,7 @@ def test_a_refused_config_runs_none_of_the_code_it_names(capsys, tmp_path, empty
     marker = tmp_path / "marker"
     config = tmp_path / "evil.toml"
     config.write_text(f'rounds = -3\n[env]\nname = "os:system"\nparams = {{ command = "touch {marker}" }}\n')
-    outcome = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config))
+    outcome = cli("--data-root", str(empty_root), "register", "--config", str(config))
     assert_one_error_line(outcome, str(config), "rounds = -3")
     assert not marker.exists()
     assert not (empty_root / CATALOG).exists()
@@ -304,7 +298,7 @@ def test_a_registered_config_is_read_back_without_calling_its_factory(
     config.write_text(
         f'name = "counting"\n[env]\nname = "{module}:make"\nparams = {{ calls_file = "{calls}" }}\n'
     )
-    outcome = cli(capsys, "--data-root", str(empty_root), "register", "--config", str(config))
+    outcome = cli("--data-root", str(empty_root), "register", "--config", str(config))
     assert outcome.code == 0, outcome.err
     assert calls.read_text().count("called") == 1  # tried once, when the new config was loaded
     calls.unlink()

@@ -236,9 +236,9 @@ def reject_config(
     """ARGV on an empty data root (which must stay without a catalog), then on the populated copy
     (whose files and catalog rows must not change): both rejected alike, naming `needles`."""
     empty = tmp_path / "empty-root"
-    on_empty = cli(capsys, "--data-root", str(empty), *argv)
+    on_empty = cli("--data-root", str(empty), *argv)
     before = snapshot(root)
-    outcome = cli(capsys, "--data-root", str(root), *argv)
+    outcome = cli("--data-root", str(root), *argv)
     changed = changes(before, snapshot(root))
     if (empty / CATALOG).exists():
         changed.append(f"{empty.name}/{CATALOG} created, registered: {registered(empty)}")
@@ -394,7 +394,7 @@ def test_a_mutated_config_field_registers_or_is_rejected_cleanly(
 
     before = snapshot(root)
     start = time.perf_counter()
-    outcome = cli(capsys, "--data-root", str(root), "register", "--config", str(file))
+    outcome = cli("--data-root", str(root), "register", "--config", str(file))
     seconds = time.perf_counter() - start
     after = snapshot(root)
     tally(HYPOTHESIS_REGISTER, outcome.code, seconds)
@@ -578,7 +578,7 @@ def test_a_bad_steps_table_is_rejected_and_writes_nothing(capsys, tmp_path, root
     estimator = [] if "--estimator" in extra else ["--estimator", "grpo"]
     argv = ["advantages", *estimator, *extra, "--steps", str(steps), "--out", str(out)]
     before = snapshot(root, inputs)
-    outcome = cli(capsys, "--data-root", str(root), *argv)
+    outcome = cli("--data-root", str(root), *argv)
     changed = changes(before, snapshot(root, inputs))
     record(f"steps: {case}", outcome, changed, tmp_path, wrote=out.exists())
     assert_rejected(outcome, [n.format(steps=steps) for n in needles])
@@ -588,7 +588,7 @@ def test_a_bad_steps_table_is_rejected_and_writes_nothing(capsys, tmp_path, root
 
 def test_the_valid_steps_table_computes(capsys, tmp_path, root):
     steps, out = _write_steps(tmp_path / "steps.parquet", valid_steps()), tmp_path / "adv.parquet"
-    outcome = cli(capsys, "--data-root", str(root), "advantages", "--estimator", "grpo",
+    outcome = cli("--data-root", str(root), "advantages", "--estimator", "grpo",
                   "--steps", str(steps), "--out", str(out))  # fmt: skip
     assert outcome.code == 0, outcome.err
     assert len(pd.read_parquet(out)) == len(valid_steps())
@@ -622,7 +622,7 @@ def test_a_corrupted_cell_computes_or_is_rejected_cleanly(capsys, tmp_path_facto
     work = tmp_path_factory.mktemp("cell")
     steps, out = _write_steps(work / "steps.parquet", frame), work / "out.parquet"
     start = time.perf_counter()
-    outcome = cli(capsys, "--data-root", str(root), "advantages", "--estimator", "grpo",
+    outcome = cli("--data-root", str(root), "advantages", "--estimator", "grpo",
                   "--steps", str(steps), "--out", str(out))  # fmt: skip
     tally(HYPOTHESIS_CELL, outcome.code, time.perf_counter() - start)
     shown = f"row {row} {column} = {value!r}: exit {outcome.code}\n{outcome.err}"
@@ -648,11 +648,11 @@ EXPERIMENT_CASES = [
 @pytest.mark.parametrize(("case", "argv"), EXPERIMENT_CASES, ids=[c[0] for c in EXPERIMENT_CASES])
 def test_an_unknown_experiment_is_named(capsys, tmp_path, root, case, argv):
     empty = tmp_path / "empty-root"
-    on_empty = cli(capsys, "--data-root", str(empty), *argv)
+    on_empty = cli("--data-root", str(empty), *argv)
     assert_rejected(on_empty, ["'nosuch'", "no lineage store at"])
     assert not empty.exists()  # a read-only command on a mistyped root creates nothing
     before = snapshot(root)
-    outcome = cli(capsys, "--data-root", str(root), *argv)
+    outcome = cli("--data-root", str(root), *argv)
     changed = changes(before, snapshot(root))
     record(case, outcome, changed, tmp_path)
     assert_rejected(outcome, ["'nosuch'", str(root / CATALOG), f"registered: {STORED}"])
