@@ -7,25 +7,14 @@ import base64
 import dagster as dg
 
 from assets.code_version import code_version
-from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import (
-    log_round,
-    lookup_artifact,
-    materialized,
-    read_checked,
-    record_run,
-    record_table,
-    recorded_output,
-    reusable,
-    round_run,
-    write_table,
-)
+from assets.partitions import ROUNDS
+from assets.stage import Stage, read_checked
 from creditline.credit.advantages import params_hash
 from creditline.credit.credit_plot import credit_episodes, credit_picture, credit_table
 from creditline.credit.reward_model import reward_model_kind
 from creditline.credit.round_advantages import step_advantages
 from creditline.round import with_model_rewards
-from creditline.store import read_parquet, write_bytes_atomic
+from creditline.store import write_bytes_atomic
 from resources import LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -39,88 +28,47 @@ VERSION = code_version(__name__)
     description="Step-level advantages from the experiment's estimator, one per step row.",
 )
 def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
-    experiment, round_ = parse_round_key(context.partition_key)
-    config = lineage.experiment(experiment)
-    settings = config.advantages
+    stage = Stage(context, lineage, tracker, "advantages", VERSION)
+    settings = stage.config.advantages
     digest = params_hash(settings.estimator, settings.params)
-    store = lineage.store()
-    with store.session():  # the lineage reads only
-        episodes_record = lookup_artifact(lineage, experiment, round_, "episodes")
-        steps_record = lookup_artifact(lineage, experiment, round_, "steps")
-        scores_record = lookup_artifact(lineage, experiment, round_, "scores")
-        rewards_record = (  # prime, spa: the step-reward model's values
-            lookup_artifact(lineage, experiment, round_, "model_rewards")
-            if reward_model_kind(settings.estimator)
-            else None
-        )
-        parents = [
-            (steps_record.content_hash, "computed_from"),
-            (scores_record.content_hash, "computed_from"),
-            *([(rewards_record.content_hash, "computed_from")] if rewards_record else []),
-            # a sample filter reads the episodes' success
-            *([(episodes_record.content_hash, "computed_from")] if settings.sample_filter != "none" else []),
-        ]
-        record = recorded_output(
-            lineage, experiment, round_, "advantages", parents, meta={"params_hash": digest}
-        )
-    record = reusable(lineage, record)
-    episodes, steps, scores = (read_checked(r) for r in (episodes_record, steps_record, scores_record))
-    if record is not None:  # an earlier attempt computed them
-        frame = read_parquet(record.path)
-    else:
-        with_values = (
-            steps if rewards_record is None else with_model_rewards(steps, read_checked(rewards_record))
-        )
-        frame = step_advantages(with_values, scores, settings, episodes)
-    credit = credit_table(episodes, steps, scores, frame, credit_episodes(episodes, steps))
-    png = credit_picture(credit, settings.estimator, f"{experiment} round {round_}: credit per step")
-    picture = lineage.round_dir(experiment, round_) / "credit.png"
+    filtered = settings.sample_filter != "none"  # a sample filter reads the episodes' success
+    with stage.reads():
+        episodes, steps, scores = (stage.input(kind) for kind in ("episodes", "steps", "scores"))
+        # prime, spa: the step-reward model's values
+        rewards = stage.input("model_rewards") if reward_model_kind(settings.estimator) else None
+        parents = [steps, scores, *([rewards] if rewards else []), *([episodes] if filtered else [])]
+        meta = {"estimator": settings.estimator, "params": settings.params, "params_hash": digest}
+        if filtered:
+            meta |= {"sample_filter": settings.sample_filter, "filter_remove": settings.filter_remove}
+        output = stage.table("advantages", [(p.content_hash, "computed_from") for p in parents], meta)
+    episode_table, step_table, score_table = (read_checked(r) for r in (episodes, steps, scores))
+
+    def compute():
+        values = step_table if rewards is None else with_model_rewards(step_table, read_checked(rewards))
+        return {"advantages": step_advantages(values, score_table, settings, episode_table)}
+
+    stage.produce(compute)
+    frame = output.value
+    credit = credit_table(
+        episode_table, step_table, score_table, frame, credit_episodes(episode_table, step_table)
+    )
+    title = f"{stage.experiment} round {stage.round}: credit per step"
+    png = credit_picture(credit, settings.estimator, title)
+    picture = lineage.round_dir(stage.experiment, stage.round) / "credit.png"
     write_bytes_atomic(png, picture)
     metrics = {
         "abs_mean": float(frame["advantage"].abs().mean()),
         "std": float(frame["advantage"].std()),
         "nonzero_share": float((frame["advantage"] != 0).mean()),
-        **(
-            {"filtered_share": float(1 - frame.drop_duplicates("episode_id")["kept"].mean())}
-            if "kept" in frame
-            else {}
-        ),
     }
-    written = (
-        None
-        if record is not None  # an earlier attempt got this far
-        else write_table(lineage, frame, table="advantages", experiment=experiment, round_=round_)
-    )
-    run_id = round_run(lineage, tracker, config, round_)
-    with store.session():  # the records only
-        if written is not None:
-            record = record_table(
-                context,
-                lineage,
-                written,
-                kind="advantages",
-                experiment=experiment,
-                round_=round_,
-                meta={
-                    "estimator": settings.estimator,
-                    "params": settings.params,
-                    "params_hash": digest,
-                    **(
-                        {"sample_filter": settings.sample_filter, "filter_remove": settings.filter_remove}
-                        if settings.sample_filter != "none"
-                        else {}
-                    ),
-                },
-                parents=parents,
-            )
-        record_run(context, lineage, config, "advantages", VERSION, round_, run_id)
-    log_round(context, tracker, "advantages", run_id, record, metrics, artifacts=[str(picture)])
-    return materialized(
-        record,
+    if "kept" in frame:
+        metrics["filtered_share"] = float(1 - frame.drop_duplicates("episode_id")["kept"].mean())
+    stage.log(output.record, metrics, artifacts=[str(picture)])
+    inline = f"![credit per step](data:image/png;base64,{base64.b64encode(png).decode()})"
+    return stage.materialized(
+        output.record,
         estimator=settings.estimator,
         params_hash=digest,
         **metrics,
-        credit_per_step=dg.MetadataValue.md(
-            f"![credit per step](data:image/png;base64,{base64.b64encode(png).decode()})"
-        ),
+        credit_per_step=dg.MetadataValue.md(inline),
     )

@@ -14,9 +14,9 @@ import pandas as pd
 
 from assets.code_version import code_version
 from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import log_round, materialized, persist_table, read_artifact, record_run, round_run
+from assets.stage import Stage, read_checked
 from creditline.credit.advantages import params_hash
-from creditline.credit.rescore import compare_rescoring
+from creditline.credit.rescore import RescoreComparison, compare_rescoring
 from creditline.credit.reward_model import reward_model_kind
 from creditline.credit.round_advantages import step_advantages
 from creditline.credit.rubrics import rubric_by_version
@@ -30,12 +30,6 @@ RESCORE = dg.MultiPartitionsDefinition({"round": ROUNDS, "rubric": RUBRIC_VERSIO
 TO_ROUND = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="round")
 
 
-def _partition(context) -> tuple[str, int, str]:
-    keys = context.partition_key.keys_by_dimension
-    experiment, round_ = parse_round_key(keys["round"])
-    return experiment, round_, keys["rubric"]
-
-
 @dg.asset(
     partitions_def=RESCORE,
     group_name="rescore",
@@ -47,28 +41,20 @@ def _partition(context) -> tuple[str, int, str]:
     description="The round's stored rollouts scored with another registered rubric version.",
 )
 def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource):
-    experiment, round_, version = _partition(context)
+    stage, version = _stage(context, lineage, None)
     rubric = rubric_by_version(version)  # fails with one line for a version no longer defined in code
-    episodes, episodes_record = read_artifact(lineage, experiment, round_, "episodes")
-    steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
-    frame = rubric.score(episodes, steps)
-    record = persist_table(
-        context,
-        lineage,
-        frame,
-        table="scores",
-        kind="rescore_scores",
-        variant=version,
-        experiment=experiment,
-        round_=round_,
-        parents=[(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")],
-        meta={"rubric_version": version},
+    with stage.reads():
+        episodes, steps = stage.input("episodes"), stage.input("steps")
+        parents = [(episodes.content_hash, "scored_from"), (steps.content_hash, "scored_from")]
+        output = stage.table("rescore_scores", parents, {"rubric_version": version}, version, schema="scores")
+    tables = read_checked(episodes), read_checked(steps)
+    stage.produce(
+        lambda: {"rescore_scores": rubric.score(*tables)}, also_record=lambda s: record_rubrics(s, [rubric])
     )
-    record_rubrics(lineage.store(), [rubric])
-    return materialized(
-        record,
+    return stage.materialized(
+        output.record,
         rubric_version=version,
-        episode_reward_mean=float(frame.drop_duplicates("episode_id")["episode_reward"].mean()),
+        episode_reward_mean=float(output.value.drop_duplicates("episode_id")["episode_reward"].mean()),
     )
 
 
@@ -88,69 +74,68 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
 def rescored_advantages(
     context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource
 ):
-    experiment, round_, version = _partition(context)
-    config = lineage.experiment(experiment)
-    steps, steps_record = read_artifact(lineage, experiment, round_, "steps")
-    rescored, rescored_record = read_artifact(lineage, experiment, round_, "rescore_scores", version)
-    trained_scores, _ = read_artifact(lineage, experiment, round_, "scores")
-    trained_advantages, trained_record = read_artifact(lineage, experiment, round_, "advantages")
-    settings = config.advantages
-    also_from, episodes = [], None
-    if reward_model_kind(settings.estimator):  # the round's step-reward model, trained on the training rubric
-        model_rewards, rewards_record = read_artifact(lineage, experiment, round_, "model_rewards")
-        steps = with_model_rewards(steps, model_rewards)
-        also_from.append((rewards_record.content_hash, "computed_from"))
-    if settings.sample_filter != "none":  # the filter reads the episodes' success
-        episodes, episodes_record = read_artifact(lineage, experiment, round_, "episodes")
-        also_from.append((episodes_record.content_hash, "computed_from"))
-    frame = step_advantages(steps, rescored, settings, episodes)
-    record = persist_table(
-        context,
-        lineage,
-        frame,
-        table="advantages",
-        kind="rescore_advantages",
-        variant=version,
-        experiment=experiment,
-        round_=round_,
-        parents=[
-            (steps_record.content_hash, "computed_from"),
-            (rescored_record.content_hash, "computed_from"),
-            *also_from,
-        ],
-        meta={
+    stage, version = _stage(context, lineage, tracker)
+    settings = stage.config.advantages
+    model_rewards = reward_model_kind(settings.estimator)  # the round's step-reward model (training rubric)
+    filtered = settings.sample_filter != "none"  # the filter reads the episodes' success
+    with stage.reads():
+        episodes, steps, rescored = (
+            stage.input("episodes"),
+            stage.input("steps"),
+            stage.input("rescore_scores", version),
+        )
+        trained_scores, trained = stage.input("scores"), stage.input("advantages")
+        rewards = stage.input("model_rewards") if model_rewards else None
+        parents = [steps, rescored, *([rewards] if rewards else []), *([episodes] if filtered else [])]
+        meta = {
             "rubric_version": version,
             "estimator": settings.estimator,
             "params": settings.params,
             "params_hash": params_hash(settings.estimator, settings.params),
-        },
-    )
-    comparison = compare_rescoring(trained_scores, rescored, trained_advantages, frame)
-    summary = {
-        "round": round_,
-        "training_rubric": str(trained_scores["rubric_version"].iloc[0]),
-        "rescored_rubric": version,
-        **vars(comparison),
+        }
+        output = stage.table(
+            "rescore_advantages",
+            [(p.content_hash, "computed_from") for p in parents],
+            meta,
+            version,
+            "advantages",
+        )
+        compared = stage.table(
+            "rescore_comparison", [(output, "compares"), (trained.content_hash, "compares")], {}, version
+        )
+    rescored_table, trained_score_table = read_checked(rescored), read_checked(trained_scores)
+
+    def compute():
+        step_table = read_checked(steps)
+        if rewards is not None:
+            step_table = with_model_rewards(step_table, read_checked(rewards))
+        frame = step_advantages(
+            step_table, rescored_table, settings, read_checked(episodes) if filtered else None
+        )
+        comparison = compare_rescoring(trained_score_table, rescored_table, read_checked(trained), frame)
+        summary = {
+            "round": stage.round,
+            "training_rubric": str(trained_score_table["rubric_version"].iloc[0]),
+            "rescored_rubric": version,
+            **vars(comparison),
+        }
+        return {"rescore_advantages": frame, "rescore_comparison": (pd.DataFrame([summary]), summary)}
+
+    stage.produce(compute)
+    comparison = {
+        k: v for k, v in compared.record.meta.items() if k in RescoreComparison.__dataclass_fields__
     }
-    compared = persist_table(
-        context,
-        lineage,
-        pd.DataFrame([summary]),
-        table="rescore_comparison",
-        kind="rescore_comparison",
-        variant=version,
-        experiment=experiment,
-        round_=round_,
-        parents=[(record.content_hash, "compares"), (trained_record.content_hash, "compares")],
-        meta=summary,
-    )
-    metrics = {f"{version}.{k}": v for k, v in vars(comparison).items() if isinstance(v, float)}
-    run_id = round_run(lineage, tracker, config, round_)
-    record_run(context, lineage, config, "rescore", VERSION, round_, run_id)
-    log_round(context, tracker, "rescore", run_id, compared, metrics)
-    return materialized(
-        record,
+    stage.log(compared.record, {f"{version}.{k}": v for k, v in comparison.items() if isinstance(v, float)})
+    return stage.materialized(
+        output.record,
         rubric_version=version,
-        compared_with=summary["training_rubric"],
-        **{k: (v if v is not None else float("nan")) for k, v in vars(comparison).items()},
+        compared_with=compared.record.meta["training_rubric"],
+        **{k: (v if v is not None else float("nan")) for k, v in comparison.items()},
     )
+
+
+def _stage(context, lineage: LineageResource, tracker: TrackerResource | None) -> tuple[Stage, str]:
+    """The stage of a (round × rubric version) partition, and the version (its outputs' variant)."""
+    keys = context.partition_key.keys_by_dimension
+    experiment, round_ = parse_round_key(keys["round"])
+    return Stage(context, lineage, tracker, "rescore", VERSION, experiment, round_), keys["rubric"]

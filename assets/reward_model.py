@@ -19,26 +19,13 @@ matrix's prime cases end with the checkpoints of an uninterrupted run).
 import dagster as dg
 
 from assets.code_version import code_version
-from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import (
-    log_round,
-    lookup_artifact,
-    materialized,
-    read_checked,
-    record_run,
-    record_table,
-    recorded_output,
-    reusable,
-    round_run,
-    write_table,
-)
+from assets.partitions import ROUNDS
+from assets.stage import Stage, read_checked
 from creditline.credit.reward_model import load_reward_model, reward_model_kind
 from creditline.engines import release_generation_memory
-from creditline.faults import failpoint
 from creditline.lineage_chain import parent_record, verify_checkpoint
 from creditline.policy.models import load_optimizer_state, load_policy, save_policy
 from creditline.round import fit_reward_model
-from creditline.store import ArtifactRecord, hashed_folder, read_parquet
 from resources import LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -54,8 +41,8 @@ VERSION = code_version(__name__)
     "nothing for other estimators.",
 )
 def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
-    experiment, round_ = parse_round_key(context.partition_key)
-    config = lineage.experiment(experiment)
+    stage = Stage(context, lineage, tracker, "reward_model", VERSION)
+    config, round_ = stage.config, stage.round
     kind = reward_model_kind(config.advantages.estimator)
     if kind is None:
         return dg.MaterializeResult(
@@ -63,51 +50,30 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
                 "reward_model": f"none: estimator {config.advantages.estimator!r} reads no model reward"
             }
         )
-    store = lineage.store()
-    inputs = ("episodes", "steps") if kind.target == "success" else ("steps", "scores")
-    with store.session():  # the lineage reads only
-        records = {name: lookup_artifact(lineage, experiment, round_, name) for name in inputs}
-        initial = parent_record(store, experiment, 1)  # the initial policy (a clear error when there is none)
-        previous = (
-            initial if round_ == 1 else lookup_artifact(lineage, experiment, round_ - 1, "reward_model")
+    with stage.reads():
+        inputs = {name: stage.input(name) for name in kind.inputs}
+        initial = parent_record(
+            stage.store, stage.experiment, 1
+        )  # the initial policy (a clear error if none)
+        previous = initial if round_ == 1 else stage.input("reward_model", round_=round_ - 1)
+        trained_on = [(record.content_hash, "trained_on") for record in inputs.values()]
+        model = stage.folder(
+            "reward_model", [(previous.content_hash, "initialized_from"), *trained_on], {"kind": kind.name}
         )
-        parents = [
-            (previous.content_hash, "initialized_from"),
-            *((r.content_hash, "trained_on") for r in records.values()),
-        ]
-        model_record = recorded_output(
-            lineage, experiment, round_, "reward_model", parents, meta={"kind": kind.name}
-        )
-        rewards_record = (
-            None
-            if model_record is None
-            else recorded_output(
-                lineage,
-                experiment,
-                round_,
-                "model_rewards",
-                [
-                    (model_record.content_hash, "computed_by"),
-                    (records["steps"].content_hash, "computed_from"),
-                ],
-            )
-        )
-    model_record = reusable(lineage, model_record)
-    rewards_record = reusable(lineage, rewards_record) if model_record is not None else None
-    written = None
-    if model_record is not None and rewards_record is not None:  # an earlier attempt got this far
-        rewards, metrics = read_parquet(rewards_record.path), []
-    else:
+        computed_from = (inputs["steps"].content_hash, "computed_from")
+        values = stage.table("model_rewards", [(model, "computed_by"), computed_from], {"kind": kind.name})
+
+    def compute():
         release_generation_memory()  # vLLM's weights and KV cache leave the GPU the training needs
         verify_checkpoint(previous)
-        tables = {name: read_checked(record) for name, record in records.items()}
-        model, tokenizer = load_reward_model(kind, previous.path, config.seed, config.rollouts.device)
+        tables = {name: read_checked(record) for name, record in inputs.items()}
+        network, tokenizer = load_reward_model(kind, previous.path, config.seed, config.rollouts.device)
         reference = None
         if kind.needs_reference:
             verify_checkpoint(initial)
             reference = load_policy(initial.path, config.rollouts.device)[0]
         rewards, metrics, optimizer_state = fit_reward_model(
-            model,
+            network,
             reference,
             tokenizer,
             tables.get("episodes"),
@@ -117,47 +83,22 @@ def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tr
             round_,
             load_optimizer_state(previous.path) if round_ > 1 else None,
         )
-        folder = save_policy(
-            model, tokenizer, lineage.round_dir(experiment, round_) / "reward_model", optimizer_state
-        )
-        content_hash, on_disk = hashed_folder(folder)
-        written = write_table(lineage, rewards, table="model_rewards", experiment=experiment, round_=round_)
-    run_id = round_run(lineage, tracker, config, round_)
-    with store.session():  # the records only
-        if written is not None:  # else an earlier attempt recorded both
-            model_record = store.record_artifact(
-                ArtifactRecord(
-                    experiment,
-                    round_,
-                    "reward_model",
-                    str(folder),
-                    content_hash,
-                    dagster_run_id=context.run_id,
-                    meta={"kind": kind.name, **on_disk},
-                ),
-                parents,
-            )
-            failpoint("after:reward_model")
-            rewards_record = record_table(
-                context,
-                lineage,
-                written,
-                kind="model_rewards",
-                experiment=experiment,
-                round_=round_,
-                parents=[
-                    (model_record.content_hash, "computed_by"),
-                    (records["steps"].content_hash, "computed_from"),
-                ],
-                meta={"kind": kind.name},
-            )
-        record_run(context, lineage, config, "reward_model", VERSION, round_, run_id)
-    values = rewards["model_reward"]
+        fitted.extend(metrics)
+        folder = lineage.round_dir(stage.experiment, round_) / "reward_model"
+        return {
+            "reward_model": save_policy(network, tokenizer, folder, optimizer_state),
+            "model_rewards": rewards,
+        }
+
+    fitted: list[dict] = []  # the updates' metrics (none when an earlier attempt got this far)
+    stage.produce(compute)
     summary = {
-        "value_mean": float(values.mean()),
-        "value_std": float(values.std()),
-        **({"loss": metrics[-1]["loss"], "updates": len(metrics)} if metrics else {}),
+        "value_mean": float(values.value["model_reward"].mean()),
+        "value_std": float(values.value["model_reward"].std()),
+        **({"loss": fitted[-1]["loss"], "updates": len(fitted)} if fitted else {}),
     }
-    series = [{"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])} for m in metrics]
-    log_round(context, tracker, "reward_model", run_id, model_record, summary, series=series)
-    return materialized(rewards_record, kind=kind.name, reward_model=model_record.content_hash, **summary)
+    series = [{"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])} for m in fitted]
+    stage.log(model.record, summary, series=series)
+    return stage.materialized(
+        values.record, kind=kind.name, reward_model=model.record.content_hash, **summary
+    )

@@ -3,22 +3,11 @@
 import dagster as dg
 
 from assets.code_version import code_version
-from assets.partitions import ROUNDS, parse_round_key
-from assets.persist import (
-    log_round,
-    lookup_artifact,
-    materialized,
-    read_checked,
-    record_run,
-    record_table,
-    recorded_output,
-    reusable,
-    round_run,
-    write_table,
-)
+from assets.partitions import ROUNDS
+from assets.stage import Stage, read_checked
 from creditline.credit.rubrics import get_rubric
 from creditline.round import score_rollouts
-from creditline.store import read_parquet, record_rubrics
+from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -32,43 +21,21 @@ VERSION = code_version(__name__)
     description="Per step row: each rubric criterion, the rubric's step reward and episode total.",
 )
 def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
-    experiment, round_ = parse_round_key(context.partition_key)
-    config = lineage.experiment(experiment)
-    rubric = get_rubric(config.rubric)
-    meta = {"rubric_version": rubric.version}
-    store = lineage.store()
-    with store.session():  # the lineage reads only
-        episodes_record = lookup_artifact(lineage, experiment, round_, "episodes")
-        steps_record = lookup_artifact(lineage, experiment, round_, "steps")
-        parents = [(episodes_record.content_hash, "scored_from"), (steps_record.content_hash, "scored_from")]
-        record = recorded_output(lineage, experiment, round_, "scores", parents, meta=meta)
-    record = reusable(lineage, record)
-    episodes, steps = read_checked(episodes_record), read_checked(steps_record)
-    frame = read_parquet(record.path) if record is not None else score_rollouts(config, episodes, steps)
-    episode_reward = frame.drop_duplicates("episode_id")["episode_reward"]
+    stage = Stage(context, lineage, tracker, "scores", VERSION)
+    rubric = get_rubric(stage.config.rubric)
+    with stage.reads():
+        episodes, steps = stage.input("episodes"), stage.input("steps")
+        parents = [(episodes.content_hash, "scored_from"), (steps.content_hash, "scored_from")]
+        output = stage.table("scores", parents, meta={"rubric_version": rubric.version})
+    tables = read_checked(episodes), read_checked(steps)
+    stage.produce(
+        lambda: {"scores": score_rollouts(stage.config, *tables)},
+        also_record=lambda store: record_rubrics(store, [rubric]),  # the version stays a re-score partition
+    )
+    episode_reward = output.value.drop_duplicates("episode_id")["episode_reward"]
     metrics = {
         "episode_reward_mean": float(episode_reward.mean()),
         "episode_reward_std": float(episode_reward.std()),
     }
-    written = (
-        None
-        if record is not None
-        else write_table(lineage, frame, table="scores", experiment=experiment, round_=round_)
-    )
-    run_id = round_run(lineage, tracker, config, round_)
-    with store.session():  # the records only
-        if written is not None:  # else an earlier attempt got this far
-            record = record_table(
-                context,
-                lineage,
-                written,
-                kind="scores",
-                experiment=experiment,
-                round_=round_,
-                meta=meta,
-                parents=parents,
-            )
-        record_rubrics(store, [rubric])  # the version stays a re-score partition
-        record_run(context, lineage, config, "scores", VERSION, round_, run_id)
-    log_round(context, tracker, "scores", run_id, record, metrics)
-    return materialized(record, rubric_version=rubric.version, **metrics)
+    stage.log(output.record, metrics)
+    return stage.materialized(output.record, rubric_version=rubric.version, **metrics)

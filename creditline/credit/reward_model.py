@@ -65,6 +65,11 @@ class RewardModelKind:
     needs_reference: bool = False
     """True: training and scoring read a frozen reference model (the experiment's initial policy)."""
 
+    @property
+    def inputs(self) -> tuple[str, str]:
+        """The round tables its training reads: the steps, and the table that holds the target."""
+        return ("episodes", "steps") if self.target == "success" else ("steps", "scores")
+
 
 KINDS: dict[str, RewardModelKind] = {
     "prime": RewardModelKind(

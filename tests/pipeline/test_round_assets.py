@@ -167,7 +167,7 @@ def test_no_slow_work_runs_while_the_catalog_is_locked(tmp_path, monkeypatch):
     watched(pq, "read_table")
     for name in ("log_batch", "log_artifact", "get_run", "create_run", "set_terminated", "search_runs"):
         watched(mlflow.MlflowClient, name)
-    persist = importlib.import_module("assets.persist")
+    persist = importlib.import_module("assets.stage")
     watched(persist, "validate")
     watched(importlib.import_module("assets.checkpoint"), "train_policy")
     watched(importlib.import_module("creditline.lineage_chain"), "build_initial_policy")
