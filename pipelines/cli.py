@@ -26,6 +26,7 @@ bench-startup` times them).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from creditline import progress
 from creditline.config import MAX_ROUNDS, ExperimentConfig, load_config, registration
 from creditline.config.checks import field_default
 from creditline.config.deployment import load_deployment, redact
@@ -152,6 +154,8 @@ def _run_round(args, instance, store, experiment: str, round_: int, rounds: int)
         instance.add_dynamic_partitions(ROUNDS.name, [key])
     wait_for_pools(instance, args.data_root)
     start = time.perf_counter()
+    drawn = not args.quiet and sys.stderr.isatty()  # the progress line is for a person watching
+    previous = progress.install(progress.TerminalLine(f"round {round_:>3}  ") if drawn else None)
     try:
         result = execute_partition(
             instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: experiment}, debug=args.debug
@@ -159,6 +163,8 @@ def _run_round(args, instance, store, experiment: str, round_: int, rounds: int)
     except RoundInterrupted:
         close_round_tracking(args.data_root, experiment, round_, "KILLED")
         raise
+    finally:
+        progress.install(previous)
     if not result.success:
         return _round_failed(args, experiment, round_, result)
     latest = {e.round: e for e in store.evaluations(experiment)}
@@ -826,6 +832,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--experiment", default=None, help=f"experiment name (default {DEFAULT_EXPERIMENT})")
     run.add_argument("--rounds", type=int, default=None, help="total rounds (default: the config's `rounds`)")
     run.add_argument("--config", default=None, help="TOML file overriding the default experiment config")
+    run.add_argument(
+        "--quiet", action="store_true", help="no progress line inside a round (drawn only on a terminal)"
+    )
     register = add(
         "register", cmd_register, "register an experiment for the round sensor, without running it"
     )
@@ -928,6 +937,14 @@ def _quiet_unraisable(unraisable) -> None:
         sys.__unraisablehook__(unraisable)
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit does not raise the closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a file descriptor (output captured)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.data_root = str(Path(args.data_root or default_data_root()).resolve())
@@ -941,6 +958,9 @@ def main(argv: list[str] | None = None) -> int:
             # a server that is down: one line naming it, before anything is written
             check_reachable(load_deployment(), generation=args.func is cmd_run)
         return args.func(args)
+    except BrokenPipeError:  # the reader stopped reading (`creditline report --json | head`): end quietly
+        _silence_stdout()
+        return 141  # what a process killed by SIGPIPE returns, as `yes | head` does
     except KeyboardInterrupt:
         print("interrupted: a round left incomplete is completed by `creditline run` again", file=sys.stderr)
         return 130

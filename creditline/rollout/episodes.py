@@ -37,7 +37,7 @@ from typing import cast
 
 import pandas as pd
 
-from creditline import ids
+from creditline import ids, progress
 from creditline.config.stage_settings import CHAT_FORMATS, PROMPT_FORMATS
 from creditline.engines.base import Engine, SamplingParams
 from creditline.engines.stop_strings import cut_after_stop
@@ -249,6 +249,7 @@ def play(
                 still_active.append(ep)
         active = still_active
         turn += 1
+        progress.update(len(episodes) - len(active), len(episodes), "episodes")
     episode_rows = [
         {
             "round": round_,

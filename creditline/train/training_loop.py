@@ -21,6 +21,8 @@ from typing import Generic, TypeVar
 
 import torch
 
+from creditline import progress
+
 Result = TypeVar("Result")
 
 
@@ -73,9 +75,11 @@ def minibatch_updates(
     generator = torch.Generator().manual_seed(seed)
     for epoch in range(epochs):
         order = torch.randperm(items, generator=generator)
-        for part, minibatch in enumerate(split(order)):
+        parts = list(split(order))
+        for part, minibatch in enumerate(parts):
             optimizer.zero_grad(set_to_none=True)
             result = accumulate(minibatch)
             grad_norm = clip(parameters(), max_grad_norm)
             optimizer.step()
+            progress.update(epoch * len(parts) + part + 1, epochs * len(parts), "updates")
             yield Update(epoch, part, float(grad_norm), result)

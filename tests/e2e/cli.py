@@ -31,13 +31,23 @@ def creditline(
     return in_process([str(arg) for arg in args], {DATA_ROOT: str(data_root)})
 
 
-def in_process(argv: list[str], env: dict[str, str] | None = None) -> sp.CompletedProcess:
-    """`creditline ARGV` in this process (with `env` added to the environment): an argparse exit counts as
-    its exit code; the environment, SIGTERM handler and unraisable hook are put back afterwards."""
+class Terminal(io.StringIO):
+    """Captured output that says it is a terminal, as a person's shell is."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def in_process(
+    argv: list[str], env: dict[str, str] | None = None, terminal: bool = False
+) -> sp.CompletedProcess:
+    """`creditline ARGV` in this process (with `env` added to the environment; `terminal`: its stderr is a
+    terminal): an argparse exit counts as its exit code; the environment, SIGTERM handler and unraisable hook
+    are put back afterwards."""
     from pipelines.cli import main
 
     environ, handler, hook = dict(os.environ), signal.getsignal(signal.SIGTERM), sys.unraisablehook
-    out, err = io.StringIO(), io.StringIO()
+    out, err = io.StringIO(), (Terminal() if terminal else io.StringIO())
     os.environ.update(env or {})
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

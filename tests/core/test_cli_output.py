@@ -1,0 +1,28 @@
+"""What the CLI prints, as a user's shell meets it: a closed pipe, the descriptions of its verbs."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from creditline.config import ExperimentConfig
+from creditline.store import EvaluationRecord, LineageStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
+    """`creditline report --json | head -1`: the pipe closes after the first line; no traceback, no "unexpected
+    BrokenPipeError", the exit status of a process ended by SIGPIPE."""
+    store = LineageStore(tmp_path / "lineage.duckdb")
+    store.register_experiment("piped", ExperimentConfig(name="piped").to_dict())
+    with store.session():
+        for round_ in range(3000):  # far more than a pipe's 64 KiB buffer
+            store.record_evaluation(EvaluationRecord("piped", round_, "0" * 64, 0.5, 0.1, 7.0, 0.0, 32))
+    command = [sys.executable, "-m", "pipelines.cli", "--data-root", str(tmp_path), "report", "--experiment",
+               "piped", "--json"]  # fmt: skip
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout.readline().strip() == b"["
+        process.stdout.close()
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=60) == 141
+    assert stderr == ""
