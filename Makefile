@@ -1,8 +1,9 @@
 # creditline: the handful of verbs. Everything installs itself into .venv on first use.
-#   make run    the default experiment (maze, GiGPO), then its report
+#   make run    the default experiment (maze, GiGPO); it ends with its report
 #   make test   the test suite (unit, schema, asset, end-to-end, faults, the real vLLM engine): what CI runs
 #   make test-fast  the inner loop: unit and property tests of the core, no rounds (under 3 minutes)
 #   make ui     dagster dev on 127.0.0.1:3000 over the same instance `make run` used
+#   make mlflow the MLflow UI on 127.0.0.1:5000 over the data root's tracking store
 #   make bench  advantage estimators vs plain loops, 1M rows (~20 s)
 #   make bench-learning  the learning table: every estimator, 5 seeds, 4 tasks (hours; runs are kept)
 #   make bench-overhead  a Dagster round vs the same round's core work: the per-round overhead share
@@ -14,11 +15,13 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DATA_ROOT ?= $(CURDIR)/creditline-data
+# Where data lives: $CREDITLINE_DATA_ROOT if set, else ./creditline-data (the CLI's own default).
+DATA_ROOT ?= $(abspath $(or $(CREDITLINE_DATA_ROOT),$(CURDIR)/creditline-data))
 UI_PORT ?= 3000
+MLFLOW_PORT ?= 5000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test test-fast servers ui bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup lint install install-test clean
+.PHONY: run test test-fast servers ui mlflow bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,7 +71,6 @@ install-test:  # the four venvs build side by side (mostly downloads)
 
 run: install
 	$(BIN)/creditline run
-	$(BIN)/creditline report
 
 # The server the scale-out and store tests start themselves (tests/servers.py): Debian's Postgres, installed
 # once. moto (S3) and MLflow's server come with the test extras. Under `make test` the servers are required:
@@ -108,6 +110,11 @@ test-fast: servers
 ui: install
 	$(BIN)/python -c "from pipelines.instance import get_instance; get_instance('$(DATA_ROOT)').dispose()"
 	DAGSTER_HOME=$(DATA_ROOT)/dagster_home $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+
+# The MLflow UI over the data root's embedded tracking store (artifacts are file paths beside it). A deployment
+# with a tracking server (`[mlflow] tracking_uri`) has that server's own UI instead.
+mlflow: install
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(DATA_ROOT)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT)
 
 bench: install-test
 	$(BIN)/python bench/advantages.py

@@ -31,6 +31,9 @@ ROUND_TAG = "creditline.round"
 EXPERIMENT_TAG = "creditline.experiment"
 PARENT_TAG = "mlflow.parentRunId"
 SERIES_MARK = ".update/"
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+"""MLflow 3's UI opens an experiment of this kind in its model-training view (runs, charts), not the GenAI
+view of traces it guesses for an experiment without the tag."""
 """In the key of every per-update series (`<asset>.update/<metric>`, step = update index)."""
 EXPERIMENT_RUN = "experiment"
 """ROUND_TAG value of the experiment's parent run."""
@@ -103,9 +106,12 @@ class TrackerResource(dg.ConfigurableResource):
     def _experiment_id(self, client, experiment: str) -> str:
         found = client.get_experiment_by_name(experiment)
         if found is not None:
+            for key, value in EXPERIMENT_TAGS.items():  # an experiment created before the tags had them
+                if found.tags.get(key) != value:
+                    client.set_experiment_tag(found.experiment_id, key, value)
             return found.experiment_id
         location = (Path(self.data_root) / "mlflow-artifacts" / experiment).as_uri()
-        return client.create_experiment(experiment, artifact_location=location)
+        return client.create_experiment(experiment, artifact_location=location, tags=EXPERIMENT_TAGS)
 
     def _find_or_create(
         self,

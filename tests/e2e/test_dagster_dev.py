@@ -99,6 +99,20 @@ def kill_the_first_run_worker(data_root: Path, log: Path) -> tuple[str, float]:
     return found[0].run_id, time.monotonic()
 
 
+def run_failures(instance: dg.DagsterInstance, runs) -> str:
+    """Each run's failure events (step and run), so a failed round says why in the test's output."""
+    kinds = [dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE]
+    lines = []
+    for run in runs:
+        lines.append(f"run {run.run_id[:8]} {run.tags.get('dagster/partition')} tags {dict(run.tags)}")
+        for kind in kinds:
+            for record in instance.get_records_for_run(run.run_id, of_type=kind).records:
+                entry = record.event_log_entry
+                error = entry.dagster_event.event_specific_data if entry.dagster_event else None
+                lines.append(f"  {kind.value} {entry.step_key}: {entry.message} {error}")
+    return "\n".join(lines)
+
+
 def cli(env, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
@@ -121,7 +135,16 @@ def test_sensor_advances_two_rounds_and_a_backfill_rescores_them(dagster_dev):
     wait_for(lambda: instance.get_run_by_id(killed).status == dg.DagsterRunStatus.FAILURE, 60,
              "the killed run marked failed (run monitoring or the sensor)", log)  # fmt: skip
     assert time.monotonic() - killed_at < 60
-    wait_for(lambda: sorted(round_commits(store, EXPERIMENT)) == [1, 2], 600, "two rounds by the sensor", log)
+
+    def two_rounds() -> bool:
+        failed = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE]
+        stepped = instance.get_records_for_run(killed, of_type=dg.DagsterEventType.STEP_FAILURE).records
+        assert len(failed) == 1 and not stepped, "a round failed for a reason:\n" + run_failures(
+            instance, failed
+        )
+        return sorted(round_commits(store, EXPERIMENT)) == [1, 2]
+
+    wait_for(two_rounds, 600, "two rounds by the sensor", log)
     runs = instance.get_runs()
     assert sorted(r.tags.get("dagster/partition") for r in runs) == [
         "ui-maze.r001",

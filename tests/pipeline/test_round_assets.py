@@ -89,7 +89,9 @@ def test_the_experiment_chooses_its_estimator_and_lineage_and_mlflow_record_it(t
     assert record.meta["estimator"] == "hgpo" and record.meta["params"] == params
     assert record.meta["params_hash"] == params_hash("hgpo", params)
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("assets-hgpo").experiment_id])
+    experiment = client.get_experiment_by_name("assets-hgpo")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # MLflow's training view
+    runs = client.search_runs([experiment.experiment_id])
     by_round = {r.data.tags["creditline.round"]: r for r in runs}
     assert sorted(by_round) == ["1", "experiment"]  # the experiment's parent run and the round's child
     assert by_round["experiment"].data.params["advantages.estimator"] == "hgpo"
@@ -216,3 +218,15 @@ def test_a_filtered_round_records_the_episodes_it_filtered_on_and_the_share(tmp_
         assert shown.metadata["filtered_share"].value == round(
             1 / 3, 4
         )  # 1 of each group's 3 episodes, as shown
+
+
+def test_an_experiment_made_before_the_kind_tag_is_given_it(tmp_path):
+    """MLflow 3 opens an untagged experiment in its GenAI view; the tracker tags one it finds without it."""
+    from resources import TrackerResource
+
+    tracker = TrackerResource(data_root=str(tmp_path))
+    client = tracker.client()
+    old = client.create_experiment("made-before")
+    assert "mlflow.experimentKind" not in client.get_experiment(old).tags
+    assert tracker._experiment_id(client, "made-before") == old
+    assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
