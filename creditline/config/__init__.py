@@ -143,13 +143,15 @@ class RolloutSettings:
         """How the round's training completions are sampled."""
         return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, seed, tuple(self.stop))
 
-    def vllm_settings(self):
+    def vllm_settings(self, tensor_parallel_size: int | None = None):
+        """The vLLM engine's settings; `tensor_parallel_size`: a deployment's, where it sets one (a property
+        of its machines), instead of this experiment's."""
         from creditline.engines.vllm_engine import VLLMSettings
 
         return VLLMSettings(
             self.device,
             self.gpu_memory_utilization,
-            self.tensor_parallel_size,
+            tensor_parallel_size or self.tensor_parallel_size,
             self.enforce_eager,
             self.dtype,
         )

@@ -209,8 +209,8 @@ def allowed_by(hint: Any) -> str:
     if plain := next((rule for rule in rules if isinstance(rule, PlainRule)), None):
         return plain.allowed(None) or "must be valid"
     bounds = {name: getattr(rule, name) for rule in rules for kind, name in _BOUNDS if isinstance(rule, kind)}
-    if is_dataclass(base):
-        return "must be a table with keys " + ", ".join(f.name for f in fields(base))
+    if isinstance(base, type) and is_dataclass(base):
+        return "must be a table with keys " + ", ".join(hints(base))
     if get_origin(base) is Literal:
         return one_of(get_args(base))
     if base is bool:
@@ -314,7 +314,7 @@ def problems_of(cls: type, data: Any, error: ValidationError) -> list[Problem]:
         if path in problems:
             continue
         if hint is None:
-            known = [f.name for f in fields(_owner(cls, detail["loc"][:depth]))]
+            known = hints(_owner(cls, detail["loc"][:depth]))
             allowed = unknown_key(str(detail["loc"][depth]), sorted(known))
         elif detail["type"] == "value_error" and len(detail["loc"]) == depth + 1:
             allowed = str(detail["ctx"]["error"])
@@ -348,8 +348,10 @@ def _owner(cls: type, loc: tuple[Any, ...]) -> type:
 
 @functools.cache
 def hints(cls: type) -> dict[str, Any]:
-    """{field: its type, `Annotated` rules included} of a config dataclass."""
-    return get_type_hints(cls, include_extras=True)
+    """{field: its type, `Annotated` rules included} of a config dataclass: the fields a table may set (not
+    those with `init=False`)."""
+    found = get_type_hints(cls, include_extras=True)
+    return {f.name: found[f.name] for f in fields(cls) if f.init}
 
 
 @functools.cache
