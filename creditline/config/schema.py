@@ -204,10 +204,10 @@ def one_of(names: Collection[str]) -> str:
 def allowed_by(hint: Any) -> str:
     """What a field of type `hint` allows, e.g. "must be an integer in 1..1024", from its annotation."""
     base, rules = _unwrapped(hint)
-    if origin_is_union(base):
+    if _is_union(base):
         (base, rules), *_ = (_unwrapped(arg) for arg in get_args(base) if arg is not type(None))
     if plain := next((rule for rule in rules if isinstance(rule, PlainRule)), None):
-        return plain.allowed(None) or "must be valid"
+        return plain.allowed(None) or "must be valid"  # every rule refuses None
     bounds = {name: getattr(rule, name) for rule in rules for kind, name in _BOUNDS if isinstance(rule, kind)}
     if isinstance(base, type) and is_dataclass(base):
         return "must be a table with keys " + ", ".join(hints(base))
@@ -260,7 +260,7 @@ def _number(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else repr(bound)
 
 
-def origin_is_union(hint: Any) -> bool:
+def _is_union(hint: Any) -> bool:
     return get_origin(hint) in (Union, types.UnionType)
 
 

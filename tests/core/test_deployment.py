@@ -151,3 +151,13 @@ def test_the_deployments_tensor_parallelism_overrides_the_experiments(tmp_path):
     local = deployed_resources(str(tmp_path), Deployment())["engine"].vllm_settings(experiment)
     assert (deployed.tensor_parallel_size, deployed.gpu_memory_utilization) == (4, 0.7)
     assert (local.tensor_parallel_size, local.gpu_memory_utilization) == (2, 0.7)
+
+
+def test_the_file_s_shardings_are_the_trainer_s():
+    """Written out in the deployment schema, which must not import torch to read a file."""
+    from typing import get_args
+
+    from creditline.config.deployment import Sharding
+    from creditline.train.distributed import SHARDINGS
+
+    assert get_args(Sharding) == SHARDINGS
