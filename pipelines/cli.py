@@ -83,9 +83,9 @@ def _store(data_root: str) -> LineageStore:
     deployment = load_deployment()
     return open_store(
         data_root,
-        deployment.catalog,
-        deployment.storage_uri,
-        json.dumps(deployment.storage_options, sort_keys=True),
+        deployment.lineage.catalog,
+        deployment.storage.uri,
+        json.dumps(deployment.storage.options, sort_keys=True),
     )
 
 

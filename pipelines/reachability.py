@@ -32,15 +32,15 @@ def check_reachable(deployment: Deployment, generation: bool = True) -> None:
     stop `verify`)."""
     for setting, uri in (
         ("[dagster] postgres_url", deployment.dagster.postgres_url),
-        ("[lineage] catalog", deployment.catalog),
+        ("[lineage] catalog", deployment.lineage.catalog),
     ):
         if uri:
             _postgres(deployment, setting, uri)
-    if deployment.tracking_uri.startswith(("http://", "https://")):
-        _mlflow(deployment, deployment.tracking_uri)
-    if deployment.storage_uri:
+    if deployment.tracking.uri.startswith(("http://", "https://")):
+        _mlflow(deployment, deployment.tracking.uri)
+    if deployment.storage.uri:
         _storage(deployment)
-    for url in deployment.generation_endpoints if generation else ():
+    for url in deployment.generation.endpoints if generation else ():
         _endpoint(deployment, url)
 
 
@@ -83,18 +83,18 @@ def _storage(deployment: Deployment) -> None:
 
     from creditline.store.objects import ObjectStore
 
-    options = dict(deployment.storage_options)
-    if deployment.storage_uri.startswith("s3://"):  # one quick try, not botocore's retries with backoff
+    options = dict(deployment.storage.options)
+    if deployment.storage.uri.startswith("s3://"):  # one quick try, not botocore's retries with backoff
         options.setdefault(
             "config_kwargs",
             {"connect_timeout": TIMEOUT_S, "read_timeout": TIMEOUT_S, "retries": {"max_attempts": 1}},
         )
-    objects = ObjectStore(deployment.storage_uri, "", options)
+    objects = ObjectStore(deployment.storage.uri, "", options)
     outcome: list[BaseException | None] = []
 
     def probe() -> None:
         try:
-            objects.filesystem().exists(deployment.storage_uri)
+            objects.filesystem().exists(deployment.storage.uri)
             outcome.append(None)
         except BaseException as error:  # the filesystem's own errors: refused, no such bucket, denied
             outcome.append(error)
@@ -104,10 +104,10 @@ def _storage(deployment: Deployment) -> None:
     thread.join(timeout=2 * TIMEOUT_S)
     if not outcome:
         raise StoreUnreachable(
-            deployment, "[storage] uri", deployment.storage_uri, f"no answer within {2 * TIMEOUT_S} s"
+            deployment, "[storage] uri", deployment.storage.uri, f"no answer within {2 * TIMEOUT_S} s"
         )
     if outcome[0] is not None:
         error = outcome[0]
         raise StoreUnreachable(
-            deployment, "[storage] uri", deployment.storage_uri, str(error) or type(error).__name__
+            deployment, "[storage] uri", deployment.storage.uri, str(error) or type(error).__name__
         )

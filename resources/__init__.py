@@ -16,17 +16,17 @@ def deployed_resources(data_root: str, deployment: Deployment | None = None) -> 
     return {
         "lineage": LineageResource(
             data_root=data_root,
-            catalog=deployment.catalog,
-            storage_uri=deployment.storage_uri,
-            storage_options_json=json.dumps(deployment.storage_options, sort_keys=True),
+            catalog=deployment.lineage.catalog,
+            storage_uri=deployment.storage.uri,
+            storage_options_json=json.dumps(deployment.storage.options, sort_keys=True),
         ),
-        "tracker": TrackerResource(data_root=data_root, tracking_uri=deployment.tracking_uri),
+        "tracker": TrackerResource(data_root=data_root, tracking_uri=deployment.tracking.uri),
         "engine": EngineResource(
-            train_processes=deployment.train_processes,
-            train_sharding=deployment.train_sharding,
-            generation_endpoints=list(deployment.generation_endpoints),
-            generation_model=deployment.generation_model,
-            tensor_parallel_size=deployment.tensor_parallel_size,
+            train_processes=deployment.training.processes,
+            train_sharding=deployment.training.sharding,
+            generation_endpoints=list(deployment.generation.endpoints),
+            generation_model=deployment.generation.model,
+            tensor_parallel_size=deployment.generation.tensor_parallel_size,
         ),
     }
 

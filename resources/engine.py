@@ -10,7 +10,6 @@ bytes), so it is a property of the machine, not of the experiment or its config 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
@@ -35,16 +34,14 @@ class EngineResource(dg.ConfigurableResource):
     generation_model: str = "policy"
     """The model name the replicas serve."""
 
-    tensor_parallel_size: int = 0
-    """vLLM: GPUs one engine spans on this deployment's machines; 0: the experiment's
-    `rollouts.tensor_parallel_size`."""
+    tensor_parallel_size: int | None = None
+    """The deployment's `[generation] tensor_parallel_size` (`creditline.config.TensorParallelSize`); None:
+    the experiment's."""
 
     def vllm_settings(self, settings: RolloutSettings):
-        """The experiment's vLLM settings, with this deployment's tensor parallelism where it sets one."""
-        vllm = settings.vllm_settings()  # its device is set where the engine is made (`make_engine`)
-        if self.tensor_parallel_size:
-            vllm = replace(vllm, tensor_parallel_size=self.tensor_parallel_size)
-        return vllm
+        """The experiment's vLLM settings, with this deployment's tensor parallelism where it sets one (the
+        device is set where the engine is made: `make_engine`)."""
+        return settings.vllm_settings(self.tensor_parallel_size)
 
     def load(
         self, checkpoint: str | Path, settings: RolloutSettings, content_hash: str | None = None

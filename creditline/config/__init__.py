@@ -9,10 +9,10 @@ key. A TOML file (`creditline run --config FILE`) overrides any field of the def
     estimator = "grpo"
     params = { norm_by_std = true }
 
-Because a registered name can never be reused, nothing is registered unchecked: each field carries
-its rule as metadata (a range, registered choices or a pattern; `creditline.config.checks` reads
-them), `load_config` and `from_dict` report every problem of a config at once as a `ConfigError`,
-and constructing an `ExperimentConfig` checks its values too, so a config that exists is valid.
+Because a registered name can never be reused, nothing is registered unchecked: each field's annotation
+is its rule (a range, choices or a pattern, checked by pydantic: `creditline.config.schema`), `load_config`
+and `from_dict` report every problem of a config at once as a `ConfigError`, and constructing an
+`ExperimentConfig` checks its values too, so a config that exists is valid.
 
 A config is code (`env.name` names a module and a factory): only `load_config` and `from_dict`, once every
 value is valid, import the environment and build it once to try `env.params`. Constructing a config runs
@@ -32,14 +32,33 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
-from creditline.config.checks import BUILTIN_POLICY, ConfigError, Problem, check_config, registered, sections
+from pydantic import Field, with_config
+
+from creditline.config.checks import BUILTIN_POLICY, check_config
+from creditline.config.schema import (
+    TABLE,
+    ConfigError,
+    Flag,
+    Int,
+    Matches,
+    NonEmptyText,
+    Number,
+    OneOf,
+    Problem,
+    Resolves,
+    Strings,
+    Table,
+    registered,
+    sections,
+    validating,
+)
 from creditline.config.stage_settings import (
-    FILTERS,
-    PROMPT_FORMATS,
     BranchSettings,
+    PromptFormat,
     RewardModelSettings,
+    SampleFilter,
     TrainConfig,
     WarmStartSettings,
 )
@@ -47,24 +66,30 @@ from creditline.engines.base import SamplingParams
 from creditline.envs import Environment, environment_target, make_env
 
 EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-NAME_RULE = (EXPERIMENT_NAME, "1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit")
-ENGINES = ("torch", "vllm")
-VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
+NAME_WORDS = "1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit"
+ExperimentName = Annotated[str, Matches(EXPERIMENT_NAME, NAME_WORDS)]
+Engine = Literal["torch", "vllm"]
 """The kinds `creditline.engines.make_engine` builds."""
-DEVICE_RULE = (re.compile(r"cpu|mps|cuda(:[0-9]+)?"), '"cpu", "cuda", "cuda:N" or "mps"')
-SEED_RANGE = "[0, 2_147_483_647]"
+ENGINES: tuple[str, ...] = get_args(Engine)
+VllmDtype = Literal["auto", "float32", "bfloat16", "float16"]
+VLLM_DTYPES: tuple[str, ...] = get_args(VllmDtype)
+Device = Annotated[str, Matches(re.compile(r"cpu|mps|cuda(:[0-9]+)?"), '"cpu", "cuda", "cuda:N" or "mps"')]
 MAX_ROUNDS = 10_000
 """The most rounds an experiment can have (`creditline rescore --rounds` is held to it too)."""
+TensorParallelSize = Annotated[Int, Field(ge=1, le=64)]
+"""vLLM: GPUs one engine spans. The experiment's `rollouts.tensor_parallel_size`, which a deployment's
+`[generation] tensor_parallel_size` overrides on its machines (`creditline.config.deployment`)."""
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class EnvSettings:
-    name: str = field(default="maze", metadata={"resolves": environment_target})
+    name: Annotated[str, Resolves(environment_target)] = "maze"
     """A registered environment (a `creditline.environments` entry point: the built-ins `maze` and
     `arithmetic`, or an installed package's) or an import path `package.module:factory`
     (`creditline.envs.registry`). Code: it is imported (and called) only once the config's values are
     valid."""
-    params: dict[str, Any] = field(
+    params: Table = field(
         default_factory=lambda: {
             "size": 5,
             "max_steps": 16,
@@ -80,36 +105,37 @@ class EnvSettings:
         return make_env(self.name, **self.params)
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class RolloutSettings:
-    tasks_per_round: int = field(default=64, metadata={"range": "[1, 100_000]"})
+    tasks_per_round: Annotated[Int, Field(ge=1, le=100_000)] = 64
     """Training tasks drawn per round; each is played `group_size` times."""
-    group_size: int = field(default=8, metadata={"range": "[1, 1024]"})
+    group_size: Annotated[Int, Field(ge=1, le=1024)] = 8
     """G: samples per task, the group that advantages compare within (G = 1 is legal, but every
     group-relative advantage is then 0)."""
-    temperature: float = field(default=1.0, metadata={"range": "(0, 10]"})
-    top_p: float = field(default=1.0, metadata={"range": "(0, 1]"})
-    max_new_tokens: int = field(default=1, metadata={"range": "[1, 32_768]"})
+    temperature: Annotated[Number, Field(gt=0, le=10)] = 1.0
+    top_p: Annotated[Number, Field(gt=0, le=1)] = 1.0
+    max_new_tokens: Annotated[Int, Field(ge=1, le=32_768)] = 1
     """Completion length limit (a longer completion is cut and recorded as `finish_reason` "length");
     the built-in tiny policy's actions are one token."""
-    stop: tuple[str, ...] = field(default=(), metadata={"items": "[0, 16]"})
+    stop: Annotated[Strings, Field(max_length=16)] = ()
     """Strings that end a completion besides the EOS (e.g. `["</answer>"]`); the token that completes one
     is kept, and the action text ends with it (vLLM's `stop` with `include_stop_str_in_output`)."""
-    prompt_format: str = field(default="auto", metadata={"choices": PROMPT_FORMATS})
+    prompt_format: PromptFormat = "auto"
     """"chat": a conversation rendered by the tokenizer's chat template, its token ids kept turn to turn;
     "chat-last": the template over the instructions and the current observation only, fresh each turn;
     "plain": the observation's text alone each turn; "auto": chat when the tokenizer has a template."""
-    engine: str = field(default="torch", metadata={"choices": ENGINES})
+    engine: Engine = "torch"
     """"torch" (any machine) or "vllm" (`creditline[vllm]` on a CUDA GPU, or vLLM's x86 CPU build)."""
-    device: str = field(default="cpu", metadata={"pattern": DEVICE_RULE})
-    gpu_memory_utilization: float = field(default=0.5, metadata={"range": "(0, 1]"})
+    device: Device = "cpu"
+    gpu_memory_utilization: Annotated[Number, Field(gt=0, le=1)] = 0.5
     """vLLM: fraction of the GPU's memory for weights and KV cache (training gets it back between
     rollouts)."""
-    tensor_parallel_size: int = field(default=1, metadata={"range": "[1, 64]"})
-    """vLLM: GPUs one engine spans."""
-    enforce_eager: bool = False
+    tensor_parallel_size: TensorParallelSize = 1
+    """vLLM: GPUs one engine spans (a deployment may override it: `TensorParallelSize`)."""
+    enforce_eager: Flag = False
     """vLLM: true skips CUDA graphs (faster start, slower decoding); a CPU always runs eagerly."""
-    dtype: str = field(default="auto", metadata={"choices": VLLM_DTYPES})
+    dtype: VllmDtype = "auto"
     """vLLM: the weights' dtype while generating; "auto" is the checkpoint's own on a GPU, float32 on a CPU
     (where bfloat16 is refused: vLLM's CPU kernels for it died here)."""
 
@@ -117,67 +143,68 @@ class RolloutSettings:
         """How the round's training completions are sampled."""
         return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, seed, tuple(self.stop))
 
-    def vllm_settings(self):
+    def vllm_settings(self, tensor_parallel_size: int | None = None):
+        """The vLLM engine's settings; `tensor_parallel_size`: a deployment's, where it sets one (a property
+        of its machines), instead of this experiment's."""
         from creditline.engines.vllm_engine import VLLMSettings
 
         return VLLMSettings(
             self.device,
             self.gpu_memory_utilization,
-            self.tensor_parallel_size,
+            tensor_parallel_size or self.tensor_parallel_size,
             self.enforce_eager,
             self.dtype,
         )
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class AdvantageSettings:
-    estimator: str = field(
-        default="gigpo", metadata={"choices": registered("creditline.credit.advantages", "available")}
-    )
+    estimator: Annotated[str, OneOf(registered("creditline.credit.advantages", "available"))] = "gigpo"
     """A registered estimator (`creditline.credit.advantages.available()`)."""
-    params: dict[str, Any] = field(
+    params: Table = field(
         default_factory=lambda: {"mode": "mean_std_norm", "gamma": 0.95, "step_advantage_w": 1.0}
     )
     """The estimator's keyword parameters; checked by resolving them and computing a probe table."""
-    sample_filter: str = field(default="none", metadata={"choices": FILTERS})
+    sample_filter: SampleFilter = "none"
     """Episodes left out of the update before advantages are computed: "none", or "prof" (PROF's process
     consistency filter, `creditline.credit.sample_filter`)."""
-    filter_remove: int = field(default=4, metadata={"range": "[1, 1024]"})
+    filter_remove: Annotated[Int, Field(ge=1, le=1024)] = 4
     """"prof": episodes dropped per group (PROF's recipe: 4 of 8)."""
 
 
-VERIFIERS_APIS = ("classic", "v1")
+VerifiersApi = Literal["classic", "v1"]
 """The verifiers APIs a round can take its rollouts from (`creditline.interop.verifiers_runners`)."""
-OPTIONAL_NAME = (
-    re.compile(r"|[A-Za-z0-9_.:/@-]{1,200}"),
-    "empty, or a name of letters, digits and _ . : / @ -",
-)
+VERIFIERS_APIS: tuple[str, ...] = get_args(VerifiersApi)
+OPTIONAL_NAME = re.compile(r"|[A-Za-z0-9_.:/@-]{1,200}")
+OptionalName = Annotated[str, Matches(OPTIONAL_NAME, "empty, or a name of letters, digits and _ . : / @ -")]
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class VerifiersSettings:
     """A verifiers environment, run in its own venv against a checkpoint served on 127.0.0.1
     (`creditline.interop.verifiers_source`): as `[verifiers]`, the source of a round's rollouts; as
     `[eval.verifiers]`, the held-out evaluation."""
 
-    env_id: str = field(default="", metadata={"pattern": OPTIONAL_NAME})
+    env_id: OptionalName = ""
     """Empty: off (the default; creditline's engine plays `env`). Otherwise `vf.load_environment(env_id)` (api
     "classic") or a v1 taskset id (api "v1"). `[verifiers]`: it plays the round's rollouts against the parent
     checkpoint, `rollouts.tasks_per_round` examples of its training split, `group_size` each, at
     `rollouts.temperature`. `[eval.verifiers]`: it plays the evaluation against each round's checkpoint (and
     the initial policy), `eval.num_tasks` examples of its eval split, once each, greedily. Both: at most
     `rollouts.max_new_tokens` tokens per model call."""
-    api: str = field(default="classic", metadata={"choices": VERIFIERS_APIS})
+    api: VerifiersApi = "classic"
     """"classic" (verifiers ≤ 0.3.x: results.jsonl) or "v1" (verifiers ≥ 0.4: traces.jsonl)."""
-    python: str = field(default="", metadata={"pattern": (re.compile(r".*"), "a path")})
+    python: Annotated[str, Matches(re.compile(r".*"), "a path")] = ""
     """The interpreter of a venv with verifiers and the environment installed (e.g.
     ".venv-verifiers-0.4/bin/python"); it runs `creditline/interop/verifiers_runners/<api>.py`."""
-    env_args: dict[str, Any] = field(default_factory=dict)
+    env_args: Table = field(default_factory=dict)
     """classic: keyword arguments of `load_environment`; v1: the `env` table of verifiers' EvalConfig
     (e.g. `{agent = {runtime = {type = "subprocess"}}}`)."""
-    paths: tuple[str, ...] = field(default=(), metadata={"items": "[0, 16]"})
+    paths: Annotated[Strings, Field(max_length=16)] = ()
     """Folders put first on the runner's `sys.path`: environment modules that are not installed."""
-    select: dict[str, Any] = field(default_factory=dict)
+    select: Table = field(default_factory=dict)
     """v1 only: which of the taskset's tasks may be drawn, as keys `include`, `exclude` (each a table of `idx`
     ranges like `["0:100"]`, `ids`, `keys` or `names`) and `skip` of verifiers' `SelectConfig`; creditline
     sets `shuffle`, `seed` and `limit`. A v1 taskset has no eval split of its own: hold tasks out of training
@@ -186,9 +213,10 @@ class VerifiersSettings:
     other.)"""
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class EvalSettings:
-    num_tasks: int = field(default=100, metadata={"range": "[1, 100_000]"})
+    num_tasks: Annotated[Int, Field(ge=1, le=100_000)] = 100
     """Held-out tasks, each played once greedily (with `verifiers`: at most this many examples of the
     environment's eval split, the same ones every round)."""
     verifiers: VerifiersSettings = field(default_factory=VerifiersSettings)
@@ -199,21 +227,20 @@ class EvalSettings:
     rollouts (`rollouts.engine`); success is a reward > 0, the return is the environment's reward."""
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class ExperimentConfig:
-    name: str = field(default="maze-gigpo", metadata={"pattern": NAME_RULE})
-    seed: int = field(default=0, metadata={"range": SEED_RANGE})
+    name: ExperimentName = "maze-gigpo"
+    seed: Annotated[Int, Field(ge=0, le=2_147_483_647)] = 0
     """Seeds the initial policy, the training task draw, sampling and minibatch order."""
-    rounds: int = field(default=20, metadata={"range": f"[1, {MAX_ROUNDS}]"})
+    rounds: Annotated[Int, Field(ge=1, le=MAX_ROUNDS)] = 20
     """The most rounds this experiment runs (the sensor stops there; `creditline run --rounds` may ask
     fewer)."""
-    initial_policy: str = BUILTIN_POLICY
+    initial_policy: NonEmptyText = BUILTIN_POLICY
     """"builtin:tiny" (a random tiny word-level Llama from `seed`), "builtin:chat" (a random small Qwen2
     chat model whose BPE tokenizer is trained on the environment's text) or the path of a local HF
     checkpoint folder (one with a config.json; looked for when a config is loaded)."""
-    rubric: str = field(
-        default="env", metadata={"choices": registered("creditline.credit.rubrics", "RUBRICS")}
-    )
+    rubric: Annotated[str, OneOf(registered("creditline.credit.rubrics", "RUBRICS"))] = "env"
     """The registered rubric used for training (`creditline.credit.rubrics.RUBRICS`)."""
     env: EnvSettings = field(default_factory=EnvSettings)
     rollouts: RolloutSettings = field(default_factory=RolloutSettings)
@@ -235,6 +262,8 @@ class ExperimentConfig:
     `creditline.credit.reward_model`); unused otherwise."""
 
     def __post_init__(self):
+        if validating():  # built by pydantic from a table being checked: `_validated` reports its problems
+            return
         _, problems = check_config(ExperimentConfig, self.to_dict())
         if problems:
             raise ConfigError([p.line() for p in problems])
@@ -362,12 +391,6 @@ def overlay(cls: type, base: Mapping[str, Any], data: Mapping[Any, Any]) -> dict
     return merged
 
 
-def build(cls: type, values: Mapping[str, Any]) -> Any:
-    """The dataclass `cls` from checked values, sections built recursively."""
-    nested = sections(cls)
-    return cls(**{key: build(nested[key], v) if key in nested else v for key, v in values.items()})
-
-
 def _validated(
     data: Any,
     base: ExperimentConfig,
@@ -380,8 +403,8 @@ def _validated(
     if not isinstance(data, Mapping):
         raise ConfigError([Problem("(config)", data, "must be a table of fields").line(source)])
     merged = overlay(ExperimentConfig, base.to_dict(), data)
-    valid, problems = check_config(ExperimentConfig, merged, files=files, code=code)
-    if problems:
+    built, problems = check_config(ExperimentConfig, merged, files=files, code=code)
+    if built is None:
         overridden = overridden or set()
         raise ConfigError([p.line(None if p.path.split(".")[0] in overridden else source) for p in problems])
-    return build(ExperimentConfig, valid)
+    return built

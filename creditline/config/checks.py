@@ -6,22 +6,11 @@ are reported together, one line each, naming the file, the dotted field, the val
 
     grpo.toml: rollouts.group_size = 0: must be an integer in 1..1024
 
-Each field's rule sits next to the field (`creditline.config`, `creditline.train.trainer.TrainConfig`) as
-dataclass metadata; the annotation gives the type:
+Each field's own rule is its type annotation (`creditline.config`, `creditline.config.stage_settings`),
+checked by pydantic and put into words by `creditline.config.schema`. The checks here are the ones a
+field's type cannot say.
 
-    {"range": "(0, 1]"}          int | float: an interval, "[" / "]" closed, "(" / ")" open
-    {"choices": REGISTRY}        str: a collection of names, or a function returning one (read when checking)
-    {"pattern": (REGEX, WORDS)}  str: a full match of REGEX; WORDS says what that means
-    {"resolves": FUNCTION}       str: FUNCTION(value) succeeds (it must import nothing); its ValueError says
-                                 why not
-    {"items": "[0, 16]"}         tuple[str, ...]: a list of that many non-empty strings (kept as a tuple)
-    dict[str, Any]               a table of parameters, checked by a relation below
-    bool (no metadata)           true or false
-
-An int field takes a whole number (8, or 8.0 which becomes 8), never a boolean or a string; a float
-field takes ints too, kept as written so that configs registered before these checks keep their hash.
-
-The checks that relate fields or look outside the config are the functions at the end (`RELATIONS`
+The checks that relate fields or look outside the config are the functions below (`RELATIONS`
 names their fields): an estimator's parameters are resolved and tried on a four-step probe table,
 minibatches are compared with the episodes of a round, the sizes of a round are held to `LIMITS`, and
 the initial policy's folder is looked for only when a new config is loaded (`files=True`), never when a
@@ -36,40 +25,30 @@ environment's module and builds it once, to try its parameters. A refused config
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import inspect
 import json
-import math
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields, is_dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any, get_origin, get_type_hints
+from typing import Any
 
 from creditline.config.param_kinds import is_number, kind_mismatch, whole_number
+from creditline.config.schema import (  # noqa: F401 (ConfigError: callers import it from here too)
+    ConfigError,
+    Problem,
+    key_text,
+    show,
+    valid_values,
+    validate,
+    values,
+)
 from creditline.config.stage_settings import CHAT_FORMATS
 from creditline.envs import UnknownEnvironment, environment_factory, make_env
-from creditline.errors import CreditlineError
-
-
-def registered(module: str, name: str) -> Callable[[], Any]:
-    """The registry `module.name`, looked up when a config is checked rather than imported here.
-
-    A check only needs the registry's names, not the rubrics' or estimators' code: importing them would
-    put that code into the import closure of every asset that reads a config (`assets/code_version.py`),
-    so editing a rubric would mark the rollouts stale.
-    """
-
-    def lookup() -> Any:
-        found = getattr(importlib.import_module(module), name)
-        return found() if callable(found) else found
-
-    return lookup
-
 
 SELECT_KEYS = ("include", "exclude", "skip")
 """The keys of verifiers' v1 `SelectConfig` a config may set (`[verifiers] select`); creditline sets
@@ -89,202 +68,18 @@ RELATIONS = (
 """Fields whose check needs other fields or the file system (see the functions at the end)."""
 
 
-class ConfigError(CreditlineError, ValueError):
-    """Everything wrong with a configuration: `problems` holds one line each, `str()` joins them."""
-
-    def __init__(self, problems: Sequence[str]):
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: str
-    """The dotted field, e.g. "rollouts.group_size"."""
-    value: Any
-    allowed: str
-    """What the field accepts, e.g. "must be an integer in 1..1024"."""
-
-    def line(self, source: str | None = None) -> str:
-        where = f"{source}: " if source else ""
-        return f"{where}{self.path} = {show(self.value)}: {self.allowed}"
-
-
-def show(value: Any, limit: int = 100) -> str:
-    """`value` as it would be written in TOML, on one line of at most `limit` characters."""
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
-    elif isinstance(value, float):
-        text = repr(value) if math.isfinite(value) else str(value)
-    elif isinstance(value, int):
-        text = str(value) if value.bit_length() < 1000 else f"an integer of {value.bit_length()} bits"
-    elif isinstance(value, Mapping):
-        text = (
-            "{ " + ", ".join(f"{key_text(k)} = {show(v, limit)}" for k, v in value.items()) + " }"
-            if value
-            else "{}"
-        )
-    elif isinstance(value, list | tuple):
-        text = "[" + ", ".join(show(v, limit) for v in value) + "]"
-    elif value is None:
-        text = "null"
-    else:
-        text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def key_text(key: Any) -> str:
-    """A key as TOML writes it in a dotted path: bare if it can be, else quoted."""
-    return (
-        key if isinstance(key, str) and _BARE_KEY.fullmatch(key) else json.dumps(str(key), ensure_ascii=False)
-    )
-
-
-# --- one field ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Interval:
-    text: str
-    low: float
-    high: float
-    low_open: bool
-    high_open: bool
-
-    def __contains__(self, x: float) -> bool:
-        above = self.low < x if self.low_open else self.low <= x
-        below = x < self.high if self.high_open else x <= self.high
-        return above and below
-
-    def integers(self) -> str:
-        """The whole numbers inside, as "1..1024"."""
-        low = math.floor(self.low) + 1 if self.low_open else math.ceil(self.low)
-        high = math.ceil(self.high) - 1 if self.high_open else math.floor(self.high)
-        return f"{low}..{high}"
-
-
-_INTERVAL = re.compile(r"([\[(])\s*([^,\s]+)\s*,\s*([^\])\s]+)\s*([\])])")
-
-
-@functools.cache
-def interval(text: str) -> Interval:
-    """Parse "[1, 1024]" or "(0, 1]" (numbers as Python writes them, underscores allowed)."""
-    match = _INTERVAL.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"not an interval: {text!r} (write it as [1, 10] or (0, 1])")
-    opening, low, high, closing = match.groups()
-    return Interval(text, float(low), float(high), opening == "(", closing == ")")
-
-
-def check_value(hint: Any, rule: Mapping[str, Any], value: Any) -> tuple[Any, str | None]:
-    """(the value, normalised; None) if `value` obeys the field's type and rule, else (value, what is
-    allowed)."""
-    if hint is bool:
-        kind = kind_mismatch(value, False)
-        return (bool(value), None) if kind is None else (value, f"must be {kind}")
-    if hint is int:
-        span = interval(rule["range"])
-        number = whole_number(value)
-        ok = number is not None and number in span
-        return (number, None) if ok else (value, f"must be an integer in {span.integers()}")
-    if hint is float:
-        span = interval(rule["range"])
-        ok = is_number(value) and value in span
-        return (value, None) if ok else (value, f"must be a number in {span.text}")
-    if hint is str and "choices" in rule:
-        names = rule["choices"]() if callable(rule["choices"]) else rule["choices"]
-        ok = isinstance(value, str) and value in names
-        return (value, None) if ok else (value, "must be one of " + ", ".join(map(json.dumps, sorted(names))))
-    if hint is str and "pattern" in rule:
-        regex, words = rule["pattern"]
-        ok = isinstance(value, str) and regex.fullmatch(value) is not None
-        return (value, None) if ok else (value, f"must be {words}")
-    if hint is str and "resolves" in rule and isinstance(value, str) and value:
-        try:
-            rule["resolves"](value)
-        except ValueError as exc:
-            return value, str(exc)
-        return value, None
-    if hint is str:
-        return (value, None) if isinstance(value, str) and value else (value, "must be a non-empty string")
-    if get_origin(hint) is tuple:
-        span = interval(rule["items"])
-        ok = (
-            isinstance(value, list | tuple)
-            and len(value) in span
-            and all(isinstance(item, str) and item for item in value)
-        )
-        allowed = f"must be a list of {span.integers()} non-empty strings"
-        return (tuple(value), None) if ok else (value, allowed)
-    if get_origin(hint) is dict:
-        return (value, None) if isinstance(value, Mapping) else (value, "must be a table of parameters")
-    raise TypeError(f"no rule for a field of type {hint!r}: give it a range, choices or a pattern")
-
-
-# --- a dataclass, recursively ------------------------------------------------------------------------
-
-
-@functools.cache
-def type_hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-@functools.cache
-def sections(cls: type) -> dict[str, type]:
-    """{field name: dataclass} for the fields of `cls` that are themselves config dataclasses."""
-    return {
-        name: hint for name, hint in type_hints(cls).items() if isinstance(hint, type) and is_dataclass(hint)
-    }
-
-
-def check_fields(
-    cls: type, data: Mapping[Any, Any], prefix: str = ""
-) -> tuple[dict[str, Any], list[Problem]]:
-    """(the valid fields of `data`, normalised; a Problem for every other key) for dataclass `cls`."""
-    declared = {f.name: f for f in fields(cls)}
-    hints = type_hints(cls)
-    valid: dict[str, Any] = {}
-    problems: list[Problem] = []
-    for key, value in data.items():
-        path = f"{prefix}{key_text(key)}"
-        if key not in declared:
-            problems.append(Problem(path, value, unknown_key(str(key), sorted(declared))))
-        elif key in sections(cls) and isinstance(value, Mapping):
-            valid[key], inner = check_fields(hints[key], value, f"{path}.")
-            problems += inner
-        elif key in sections(cls):
-            keys = ", ".join(f.name for f in fields(hints[key]))
-            problems.append(Problem(path, value, f"must be a table with keys {keys}"))
-        else:
-            normalised, allowed = check_value(hints[key], declared[key].metadata, value)
-            if allowed is None:
-                valid[key] = normalised
-            else:
-                problems.append(Problem(path, value, allowed))
-    return valid, problems
-
-
-def unknown_key(key: str, known: Sequence[str]) -> str:
-    guess = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-    hint = f" (did you mean {guess[0]}?)" if guess else ""
-    return f"unknown key{hint}; known keys: {', '.join(known)}"
-
-
 def check_config(
     cls: type, data: Mapping[Any, Any], *, files: bool = False, code: bool = False
-) -> tuple[dict[str, Any], list[Problem]]:
-    """(the valid fields, normalised; every problem) of a whole experiment config given as a dict.
-    `code`: once every value is valid, also import and build the environment it names (the module doc)."""
-    valid, problems = check_fields(cls, data)
+) -> tuple[Any, list[Problem]]:
+    """(the config `cls` built from `data`, or None; every problem) of a whole experiment config given as a
+    dict: each field against its type, then the relations between the fields that passed. `code`: once
+    every value is valid, also import and build the environment it names (the module doc)."""
+    built, problems = validate(cls, data)
+    valid = values(built) if built is not None else valid_values(cls, data, problems)
     problems += relation_problems(cls, valid, files=files)
     if code and not problems:
         problems += code_problems(cls, valid)
-    return valid, problems
+    return (None if problems else built), problems
 
 
 # --- relations and the outside world -----------------------------------------------------------------

@@ -32,95 +32,138 @@ bench/server_profile.py), except that training on several processes sums gradien
     uri = "s3://bucket/creditline"                          # every artifact published here before its record
     options = {endpoint_url = "http://minio:9000"}          # fsspec options; credentials from the environment
 
-Every field is optional. A typo or a value of the wrong type is refused naming the file and the field.
+Every field is optional. The file is checked like an experiment's config, on the same schema
+(`creditline.config.schema`): each field's type is its rule, every problem is reported together, one line
+each naming the file, the dotted field, the value (a password in it redacted) and what is allowed:
+
+    deployment /etc/creditline/deployment.toml: dagster.gpus = 0: must be an integer ≥ 1
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from creditline.errors import CreditlineError
+from pydantic import Field, with_config
+
+from creditline.config import TensorParallelSize
+from creditline.config.schema import (
+    TABLE,
+    AllMatch,
+    ConfigError,
+    Int,
+    Matches,
+    Problem,
+    Strings,
+    Table,
+    Text,
+    validate,
+)
 
 DEPLOYMENT_ENV = "CREDITLINE_DEPLOYMENT"
-EXECUTORS = ("in_process", "multiprocess", "celery", "k8s")
-SHARDINGS = ("replicated", "fsdp")
+Executor = Literal["in_process", "multiprocess", "celery", "k8s"]
+Sharding = Literal["replicated", "fsdp"]
 """`creditline.train.distributed.SHARDINGS` (not imported: reading a deployment must not import torch)."""
+PostgresUri = Annotated[str, Matches(re.compile(r"|postgres(ql)?://.*"), "a postgresql:// URI")]
+"""Empty (the local file store), or a Postgres server's URI."""
+Endpoints = Annotated[Strings, AllMatch(re.compile(r"https?://.+"), "a list of http(s):// URLs")]
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class DagsterSettings:
-    postgres_url: str = ""
+    postgres_url: PostgresUri = ""
     """The Dagster instance's storage (runs, event log, schedules) on Postgres; empty: sqlite files in
     DAGSTER_HOME."""
-    executor: str = "in_process"
+    executor: Executor = "in_process"
     """How a run's steps execute: in the run's process, one process each, Celery workers or Kubernetes
     jobs."""
-    max_concurrent: int = 0
+    max_concurrent: Annotated[Int, Field(ge=0)] = 0
     """multiprocess: steps running at once; 0: one per CPU."""
-    gpus: int = 1
+    gpus: Annotated[Int, Field(ge=1)] = 1
     """Size of the "gpu" pool (rollouts, reward model, training, evaluation): how many such steps run at once.
     A concurrency limit only: nothing assigns each step its own device (set CUDA_VISIBLE_DEVICES per
     worker)."""
-    max_concurrent_runs: int = 4
+    max_concurrent_runs: Annotated[Int, Field(ge=1)] = 4
     """Runs the instance's run queue lets start at once."""
 
 
+@with_config(TABLE)
+@dataclass(frozen=True)
+class LineageSettings:
+    catalog: PostgresUri = ""
+    """The lineage catalog on Postgres; empty: `<data_root>/lineage.duckdb`."""
+
+
+@with_config(TABLE)
+@dataclass(frozen=True)
+class TrackingSettings:
+    uri: Text = ""
+    """An MLflow tracking server; empty: `sqlite:///<data_root>/mlflow.db`."""
+
+
+@with_config(TABLE)
+@dataclass(frozen=True)
+class TrainingSettings:
+    processes: Annotated[Int, Field(ge=1)] = 1
+    """torchrun ranks that train one checkpoint; 1 trains in the step's own process."""
+    sharding: Sharding = "replicated"
+    """"replicated" (every rank holds the whole model) or "fsdp" (each transformer block's parameters,
+    gradients and optimiser moments split across the ranks: `creditline.train.distributed`)."""
+
+
+@with_config(TABLE)
+@dataclass(frozen=True)
+class GenerationSettings:
+    endpoints: Endpoints = ()
+    """Base URLs of OpenAI-compatible servers (`vllm serve` with VLLM_SERVER_DEV_MODE=1, or `creditline
+    serve`) that generate every round's rollouts and evaluations as data-parallel replicas, reloading each
+    round's checkpoint (`creditline.engines.endpoints`); empty: the experiment's own engine."""
+    model: Text = "policy"
+    """The model name the replicas serve."""
+    tensor_parallel_size: TensorParallelSize | None = None
+    """GPUs an in-process vLLM engine spans on these machines, instead of the experiment's
+    `rollouts.tensor_parallel_size` (the same rule: `creditline.config.TensorParallelSize`); absent: the
+    experiment's."""
+
+
+@with_config(TABLE)
+@dataclass(frozen=True)
+class StorageSettings:
+    uri: Text = ""
+    """An fsspec URI every recorded artifact is published under (`creditline.store.objects`); empty: the
+    data root only."""
+    options: Table = field(default_factory=dict)
+    """The filesystem's options (`endpoint_url` for an S3-compatible server)."""
+
+
+@with_config(TABLE)
 @dataclass(frozen=True)
 class Deployment:
-    source: str = "local"
-    """The deployment file this was read from, or "local"."""
+    """A deployment file's tables, one dataclass each, as written."""
+
     dagster: DagsterSettings = field(default_factory=DagsterSettings)
-    catalog: str = ""
-    """[lineage] catalog: a `postgresql://` URI; empty: `<data_root>/lineage.duckdb`."""
-    tracking_uri: str = ""
-    """[tracking] uri: an MLflow tracking server; empty: `sqlite:///<data_root>/mlflow.db`."""
-    train_processes: int = 1
-    """[training] processes: torchrun ranks that train one checkpoint; 1 trains in the step's own process."""
-    train_sharding: str = "replicated"
-    """[training] sharding: "replicated" (every rank holds the whole model) or "fsdp" (each transformer
-    block's parameters, gradients and optimiser moments split across the ranks:
-    `creditline.train.distributed`)."""
-    generation_endpoints: tuple[str, ...] = ()
-    """[generation] endpoints: base URLs of OpenAI-compatible servers (`vllm serve` with
-    VLLM_SERVER_DEV_MODE=1, or `creditline serve`) that generate every round's rollouts and evaluations as
-    data-parallel replicas, reloading each round's checkpoint (`creditline.engines.endpoints`); empty: the
-    experiment's own engine."""
-    generation_model: str = "policy"
-    """[generation] model: the model name the replicas serve."""
-    tensor_parallel_size: int = 0
-    """[generation] tensor_parallel_size: GPUs an in-process vLLM engine spans on these machines (the
-    experiment's `rollouts.tensor_parallel_size` otherwise); 0: the experiment's."""
-    storage_uri: str = ""
-    """[storage] uri: an fsspec URI every recorded artifact is published under (`creditline.store.objects`);
-    empty: the data root only."""
-    storage_options: dict = field(default_factory=dict)
-    """[storage] options: the filesystem's options (`endpoint_url` for an S3-compatible server)."""
+    lineage: LineageSettings = field(default_factory=LineageSettings)
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    source: str = field(default="local", init=False)
+    """The deployment file this was read from, or "local" (not a key of the file: `load_deployment` sets
+    it)."""
 
     @property
     def profile(self) -> str:
         return "local" if self.source == "local" else "server"
 
 
-class DeploymentError(CreditlineError, ValueError):
-    """A deployment file that cannot be used: names the file and the field."""
-
-
-_SECTIONS: dict[str, dict[str, str]] = {
-    "dagster": {f.name: f.name for f in fields(DagsterSettings)},
-    "lineage": {"catalog": "catalog"},
-    "tracking": {"uri": "tracking_uri"},
-    "training": {"processes": "train_processes", "sharding": "train_sharding"},
-    "generation": {
-        "endpoints": "generation_endpoints",
-        "model": "generation_model",
-        "tensor_parallel_size": "tensor_parallel_size",
-    },
-    "storage": {"uri": "storage_uri", "options": "storage_options"},
-}
+class DeploymentError(ConfigError):
+    """A deployment file that cannot be used: each of its `problems` names the file and the field."""
 
 
 def load_deployment(path: str | os.PathLike[str] | None = None) -> Deployment:
@@ -132,79 +175,47 @@ def load_deployment(path: str | os.PathLike[str] | None = None) -> Deployment:
     try:
         raw = tomllib.loads(Path(source).read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
-        raise DeploymentError(f"deployment {source}: cannot be read: {error}") from error
-    values: dict[str, Any] = {}
-    dagster: dict[str, Any] = {}
-    for section, body in raw.items():
-        if section not in _SECTIONS or not isinstance(body, dict):
-            raise DeploymentError(
-                f"deployment {source}: unknown section [{section}] "
-                f"(known: {', '.join(f'[{s}]' for s in _SECTIONS)})"
-            )
-        for key, value in body.items():
-            if key not in _SECTIONS[section]:
-                raise DeploymentError(
-                    f"deployment {source}: [{section}] has no field {key!r} "
-                    f"(known: {', '.join(_SECTIONS[section])})"
-                )
-            (dagster if section == "dagster" else values)[_SECTIONS[section][key]] = value
-    if isinstance(values.get("generation_endpoints"), list):
-        values["generation_endpoints"] = tuple(values["generation_endpoints"])
-    deployment = Deployment(source=source, dagster=DagsterSettings(**dagster), **values)
-    _check(deployment)
+        raise DeploymentError([f"deployment {source}: cannot be read: {error}"]) from error
+    deployment, problems = validate(Deployment, raw)
+    if deployment is not None:
+        problems = relation_problems(deployment)
+    if problems:
+        raise DeploymentError(
+            [Problem(p.path, redacted(p.value), p.allowed).line(f"deployment {source}") for p in problems]
+        )
+    assert deployment is not None
+    object.__setattr__(deployment, "source", source)  # frozen, and not the file's to set: set once, here
     return deployment
 
 
-def _check(deployment: Deployment) -> None:
-    def fail(where: str, problem: str) -> None:
-        raise DeploymentError(f"deployment {deployment.source}: {where} {problem}")
-
-    for where, value in (
-        ("[dagster] postgres_url", deployment.dagster.postgres_url),
-        ("[dagster] executor", deployment.dagster.executor),
-        ("[lineage] catalog", deployment.catalog),
-        ("[tracking] uri", deployment.tracking_uri),
-        ("[storage] uri", deployment.storage_uri),
-        ("[generation] model", deployment.generation_model),
-    ):
-        if not isinstance(value, str):
-            fail(where, f"must be a string, not {value!r}")
-    for where, number, low in (
-        ("[dagster] max_concurrent", deployment.dagster.max_concurrent, 0),
-        ("[dagster] gpus", deployment.dagster.gpus, 1),
-        ("[dagster] max_concurrent_runs", deployment.dagster.max_concurrent_runs, 1),
-        ("[training] processes", deployment.train_processes, 1),
-        ("[generation] tensor_parallel_size", deployment.tensor_parallel_size, 0),
-    ):
-        if not isinstance(number, int) or isinstance(number, bool) or number < low:
-            fail(where, f"must be a whole number ≥ {low}, not {number!r}")
-    if deployment.storage_uri and not deployment.catalog:
-        fail(
-            "[storage] uri",
-            "needs [lineage] catalog on Postgres: a DuckDB file would stay locked for every upload, "
-            "and workers on other machines could not reach it",
+def relation_problems(deployment: Deployment) -> list[Problem]:
+    """What no single field's type says: object storage needs the catalog on Postgres, each replica is named
+    once, fsdp needs ranks to shard across."""
+    problems = []
+    if deployment.storage.uri and not deployment.lineage.catalog:
+        why = (
+            "needs lineage.catalog on Postgres: a DuckDB file would stay locked for every upload, "
+            "and workers on other machines could not reach it"
         )
-    endpoints = deployment.generation_endpoints
-    if not isinstance(endpoints, tuple) or not all(
-        isinstance(url, str) and url.startswith(("http://", "https://")) for url in endpoints
-    ):
-        fail("[generation] endpoints", f"must be a list of http(s):// URLs, not {endpoints!r}")
+        problems.append(Problem("storage.uri", deployment.storage.uri, why))
+    endpoints = deployment.generation.endpoints
     if len(set(endpoints)) != len(endpoints):
-        fail("[generation] endpoints", "names a replica twice")
-    if deployment.train_sharding not in SHARDINGS:
-        fail("[training] sharding", f"{deployment.train_sharding!r} is not one of {', '.join(SHARDINGS)}")
-    if deployment.train_sharding == "fsdp" and deployment.train_processes < 2:
-        fail("[training] sharding", "fsdp splits the model across [training] processes: set processes ≥ 2")
-    if not isinstance(deployment.storage_options, dict):
-        fail("[storage] options", f"must be a table, not {deployment.storage_options!r}")
-    if deployment.dagster.executor not in EXECUTORS:
-        fail("[dagster] executor", f"{deployment.dagster.executor!r} is not one of {', '.join(EXECUTORS)}")
-    for where, url in (
-        ("[dagster] postgres_url", deployment.dagster.postgres_url),
-        ("[lineage] catalog", deployment.catalog),
-    ):
-        if url and not url.startswith(("postgresql://", "postgres://")):
-            fail(where, f"must be a postgresql:// URI, not {redact(url)!r}")
+        problems.append(Problem("generation.endpoints", endpoints, "names a replica twice"))
+    if deployment.training.sharding == "fsdp" and deployment.training.processes < 2:
+        why = "splits the model across training.processes: set processes ≥ 2"
+        problems.append(Problem("training.sharding", "fsdp", why))
+    return problems
+
+
+def redacted(value: Any) -> Any:
+    """`value` with the password of every URI in it replaced by ***, for messages."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {key: redacted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redacted(item) for item in value]
+    return value
 
 
 def redact(uri: str) -> str:

@@ -3,84 +3,95 @@
 Each stage's code imports torch (and the reward model transformers), which takes seconds; its settings are
 plain values. `creditline.config` needs only the settings, to check, hash and register a config, and every
 command reads a config (`creditline report` too), so the settings live here, apart from the code, and
-import nothing but the standard library. Each stage's module imports its settings from here and keeps
-them under its own name (`creditline.train.trainer.TrainConfig` is this `TrainConfig`).
+import nothing but the standard library and the config schema (pydantic: `creditline.config.schema`).
+Each stage's module imports its settings from here and keeps them under its own name
+(`creditline.train.trainer.TrainConfig` is this `TrainConfig`).
 
-The names the `choices` of `creditline.config`'s fields are drawn from (prompt formats, sample filters)
-live here for the same reason: their modules (`creditline.rollout.episodes`,
-`creditline.credit.sample_filter`) import pandas.
+The names some fields choose from (prompt formats, sample filters) live here for the same reason: their
+modules (`creditline.rollout.episodes`, `creditline.credit.sample_filter`) import pandas.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Annotated, Literal, get_args
 
-PROMPT_FORMATS = ("auto", "chat", "chat-last", "plain")
+from pydantic import Field, with_config
+
+from creditline.config.schema import TABLE, Flag, Int, Number
+
+PromptFormat = Literal["auto", "chat", "chat-last", "plain"]
 """`auto`: chat when the tokenizer has a chat template, plain otherwise (`creditline.rollout.episodes`)."""
+PROMPT_FORMATS: tuple[str, ...] = get_args(PromptFormat)
 CHAT_FORMATS = ("chat", "chat-last")
 """The formats rendered by the tokenizer's chat template."""
-FILTERS = ("none", "prof")
+SampleFilter = Literal["none", "prof"]
 """The sample filters of `creditline.credit.sample_filter`."""
-POINT_RULES = ("none", "every", "uniform", "entropy")
+FILTERS: tuple[str, ...] = get_args(SampleFilter)
+PointRule = Literal["none", "every", "uniform", "entropy"]
 """How `creditline.rollout.branching` chooses branch points."""
+POINT_RULES: tuple[str, ...] = get_args(PointRule)
 DEFAULT_CHUNK_TOKENS = 512
 """Completion positions whose full-vocabulary logits `creditline.train.logprobs` holds at once, by default."""
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class TrainConfig:
-    learning_rate: float = field(default=2e-3, metadata={"range": "(0, 1]"})
+    learning_rate: Annotated[Number, Field(gt=0, le=1)] = 2e-3
     """AdamW's step size."""
-    epochs: int = field(default=2, metadata={"range": "[1, 1000]"})
+    epochs: Annotated[Int, Field(ge=1, le=1000)] = 2
     """Passes over the round's step rows."""
-    minibatches: int = field(default=4, metadata={"range": "[1, 100_000]"})
+    minibatches: Annotated[Int, Field(ge=1, le=100_000)] = 4
     """Optimiser steps per epoch; rows are shuffled into this many parts (at most a round's episodes)."""
-    clip_eps: float = field(default=0.2, metadata={"range": "(0, 1]"})
+    clip_eps: Annotated[Number, Field(gt=0, le=1)] = 0.2
     """PPO clip range ε."""
-    entropy_coef: float = field(default=0.0, metadata={"range": "[0, 1]"})
+    entropy_coef: Annotated[Number, Field(ge=0, le=1)] = 0.0
     """Weight β_H of the entropy bonus −β_H·H̄ (mean next-token entropy over completion tokens)."""
-    max_grad_norm: float = field(default=1.0, metadata={"range": "(0, 1000]"})
+    max_grad_norm: Annotated[Number, Field(gt=0, le=1000)] = 1.0
     """Gradients are clipped to this global norm."""
-    weight_decay: float = field(default=0.0, metadata={"range": "[0, 1]"})
+    weight_decay: Annotated[Number, Field(ge=0, le=1)] = 0.0
     """AdamW's decoupled weight decay."""
-    micro_batch_tokens: int = field(default=16_384, metadata={"range": "[1, 100_000_000]"})
+    micro_batch_tokens: Annotated[Int, Field(ge=1, le=100_000_000)] = 16_384
     """Padded tokens (rows × longest row) per forward pass; larger minibatches accumulate gradients."""
-    logprob_chunk_tokens: int = field(default=DEFAULT_CHUNK_TOKENS, metadata={"range": "[1, 1_000_000]"})
+    logprob_chunk_tokens: Annotated[Int, Field(ge=1, le=1_000_000)] = DEFAULT_CHUNK_TOKENS
     """Completion positions whose full-vocabulary logits exist at once (peak ≈ this × vocabulary
     floats)."""
-    kl_coef: float = field(default=0.0, metadata={"range": "[0, 10]"})
+    kl_coef: Annotated[Number, Field(ge=0, le=10)] = 0.0
     """β_KL of the k3 KL to the reference (initial) policy; 0 is off and loads no reference model."""
-    tis_cap: float = field(default=0.0, metadata={"range": "[0, 1000]"})
+    tis_cap: Annotated[Number, Field(ge=0, le=1000)] = 0.0
     """C of truncated importance sampling, weight min(π_old/μ, C); 0 is off (ratio against μ)."""
-    bf16: bool = True
+    bf16: Flag = True
     """bf16 autocast of the forward pass on CUDA (log-softmax in fp32); no effect on CPU."""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: Flag = False
     """Recompute the transformer's activations in the backward pass (less memory, ~30 % more time)."""
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class WarmStartSettings:
-    episodes: int = field(default=0, metadata={"range": "[0, 100_000]"})
+    episodes: Annotated[Int, Field(ge=0, le=100_000)] = 0
     """Demonstration episodes of random well-formed actions; 0 turns the warm start off."""
-    epochs: int = field(default=3, metadata={"range": "[1, 100]"})
+    epochs: Annotated[Int, Field(ge=1, le=100)] = 3
     """Passes over the demonstrations (one training row per episode)."""
-    learning_rate: float = field(default=3e-3, metadata={"range": "(0, 1]"})
+    learning_rate: Annotated[Number, Field(gt=0, le=1)] = 3e-3
     """AdamW's step size."""
-    batch_rows: int = field(default=8, metadata={"range": "[1, 100_000]"})
+    batch_rows: Annotated[Int, Field(ge=1, le=100_000)] = 8
     """Training rows per optimiser step (a multi-turn chat episode is one row)."""
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class BranchSettings:
-    points: str = field(default="none", metadata={"choices": POINT_RULES})
+    points: PointRule = "none"
     """Where to branch: "none" (off), "every" k steps, "uniform" draws, or the highest-"entropy" steps."""
-    every: int = field(default=2, metadata={"range": "[1, 10_000]"})
+    every: Annotated[Int, Field(ge=1, le=10_000)] = 2
     """k of "every": branch at steps k, 2k, … of each episode."""
-    per_episode: int = field(default=2, metadata={"range": "[1, 10_000]"})
+    per_episode: Annotated[Int, Field(ge=1, le=10_000)] = 2
     """Branch points per episode for "uniform" and "entropy"."""
-    continuations: int = field(default=2, metadata={"range": "[1, 1024]"})
+    continuations: Annotated[Int, Field(ge=1, le=1024)] = 2
     """K: continuations sampled from each branch point."""
-    token_budget: int = field(default=0, metadata={"range": "[0, 1_000_000_000]"})
+    token_budget: Annotated[Int, Field(ge=0, le=1_000_000_000)] = 0
     """The most completion tokens the round's continuations may plan to sample (0: no limit)."""
 
     @property
@@ -88,19 +99,20 @@ class BranchSettings:
         return self.points != "none"
 
 
+@with_config(TABLE)
 @dataclass(frozen=True)
 class RewardModelSettings:
     """`[reward_model]`: how the step-reward model of `prime` and `spa` is trained each round."""
 
-    learning_rate: float = field(default=3e-4, metadata={"range": "(0, 1]"})
+    learning_rate: Annotated[Number, Field(gt=0, le=1)] = 3e-4
     """AdamW's step size (PRIME: 1e-6, SPA-RL: 3e-6, on 3B-7B models; the tiny built-in policy needs far
     more)."""
-    epochs: int = field(default=1, metadata={"range": "[1, 1000]"})
+    epochs: Annotated[Int, Field(ge=1, le=1000)] = 1
     """Passes over the round's episodes (PRIME: one update on each batch)."""
-    minibatches: int = field(default=4, metadata={"range": "[1, 100_000]"})
+    minibatches: Annotated[Int, Field(ge=1, le=100_000)] = 4
     """Optimiser steps per epoch; episodes are shuffled into this many parts."""
-    beta: float = field(default=0.05, metadata={"range": "(0, 100]"})
+    beta: Annotated[Number, Field(gt=0, le=100)] = 0.05
     """prime: β of the implicit reward β · log π_φ / π_ref (PRIME's 0.05)."""
-    max_grad_norm: float = field(default=1.0, metadata={"range": "(0, 1000]"})
-    micro_batch_tokens: int = field(default=16_384, metadata={"range": "[1, 100_000_000]"})
+    max_grad_norm: Annotated[Number, Field(gt=0, le=1000)] = 1.0
+    micro_batch_tokens: Annotated[Int, Field(ge=1, le=100_000_000)] = 16_384
     """Padded tokens (rows × longest row) per forward pass."""

@@ -100,18 +100,18 @@ def test_every_artifact_is_in_object_storage_with_its_recorded_bytes(finished, t
 
     data_root, deployment, _ = finished
     settings = load_deployment(deployment)
-    objects = ObjectStore(settings.storage_uri, str(data_root), settings.storage_options)
-    store = LineageStore(settings.catalog)
+    objects = ObjectStore(settings.storage.uri, str(data_root), settings.storage.options)
+    store = LineageStore(settings.lineage.catalog)
     fetched = 0
     for experiment in EXPERIMENTS:
         for record in [store.initial_policy(experiment), *store.artifacts(experiment)]:
             uri = record.meta["object"]
-            assert uri.startswith(settings.storage_uri)
+            assert uri.startswith(settings.storage.uri)
             objects.fetch(uri, record.content_hash, tmp_path / f"{fetched}")
             fetched += 1
     assert fetched >= 2 * (1 + 2 * len(ROUND_KINDS))
     assert not [
-        key for key in objects.filesystem().find(settings.storage_uri) if "/." in key
+        key for key in objects.filesystem().find(settings.storage.uri) if "/." in key
     ]  # no temporary key
 
 
@@ -128,7 +128,7 @@ def test_the_rounds_are_runs_of_the_mlflow_server(finished):
     import mlflow
 
     _, deployment, _ = finished
-    client = mlflow.MlflowClient(tracking_uri=load_deployment(deployment).tracking_uri)
+    client = mlflow.MlflowClient(tracking_uri=load_deployment(deployment).tracking.uri)
     for experiment in EXPERIMENTS:
         found = client.get_experiment_by_name(experiment)
         assert found is not None
