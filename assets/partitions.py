@@ -11,6 +11,8 @@ import re
 import dagster as dg
 
 ROUNDS = dg.DynamicPartitionsDefinition(name="rounds")
+RUBRIC_VERSIONS = dg.DynamicPartitionsDefinition(name="rubric_versions")
+"""The re-score branch's second dimension: every rubric version registered in code or recorded."""
 _KEY = re.compile(r"^(?P<experiment>[a-z0-9][a-z0-9_-]*)\.r(?P<round>\d{3,})$")
 
 

@@ -13,7 +13,7 @@ import dagster as dg
 import pandas as pd
 
 from assets.code_version import code_version
-from assets.partitions import ROUNDS, parse_round_key
+from assets.partitions import ROUNDS, RUBRIC_VERSIONS, parse_round_key
 from assets.stage import Stage, read_checked
 from creditline.credit.advantages import params_hash
 from creditline.credit.rescore import RescoreComparison, compare_rescoring
@@ -25,7 +25,6 @@ from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
-RUBRIC_VERSIONS = dg.DynamicPartitionsDefinition(name="rubric_versions")
 RESCORE = dg.MultiPartitionsDefinition({"round": ROUNDS, "rubric": RUBRIC_VERSIONS})
 TO_ROUND = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="round")
 

@@ -10,7 +10,7 @@ and running the round again completes it (each stage reuses what an earlier atte
 import dagster as dg
 
 from assets.code_version import code_version
-from assets.partitions import ROUNDS, parse_round_key
+from assets.partitions import ROUNDS, RUBRIC_VERSIONS, parse_round_key
 from creditline.faults import failpoint
 from creditline.store import config_hash
 from creditline.store.rounds import OPTIONAL_ROUND_KINDS, ROUND_KINDS, RoundCommit, record_round_commit
@@ -45,18 +45,52 @@ def round_summary(context: dg.AssetExecutionContext, lineage: LineageResource, t
     }  # series stay on the round's run
     if not tracker.logged_at_step(parent, "evaluation/success_rate", round_):
         tracker.log(parent, metrics=metrics, step=round_)
+    if round_ == 1 and not tracker.logged_at_step(parent, "evaluation/success_rate", 0):
+        # the curves' baseline: the initial policy
+        tracker.log(parent, metrics=_initial_policy_metrics(store, experiment), step=0)
     tracker.close(run_id)
     tracker.close(parent)
     failpoint("commit:round")
     records |= {kind: recorded[kind] for kind in OPTIONAL_ROUND_KINDS if kind in recorded}
     hashes = {kind: record.content_hash for kind, record in records.items() if record is not None}
     commit = record_round_commit(store, RoundCommit(experiment, round_, context.run_id, run_id, hashes))
+    _fill_training_rubric_cell(context, records)
     return dg.MaterializeResult(
         data_version=dg.DataVersion(config_hash(commit.artifacts)),
         metadata={
             "mlflow_run_id": run_id,
+            "mlflow_run": dg.MetadataValue.url(tracker.run_url(run_id)),
             "mlflow_parent_run_id": parent,
+            "mlflow_experiment_run": dg.MetadataValue.url(tracker.run_url(parent)),
             "artifacts": len(hashes),
             **{k: round(v, 4) for k, v in metrics.items() if k.startswith("evaluation/")},
         },
     )
+
+
+def _initial_policy_metrics(store, experiment: str) -> dict[str, float]:
+    """The initial policy's evaluation (round 0), under the keys the rounds log theirs."""
+    initial = next(e for e in store.evaluations(experiment) if e.round == 0)
+    names = ("success_rate", "mean_return", "mean_steps", "invalid_action_rate")
+    return {f"evaluation/{name}": float(getattr(initial, name)) for name in names}
+
+
+def _fill_training_rubric_cell(context: dg.AssetExecutionContext, records: dict) -> None:
+    """Mark the re-score grid's (round, training rubric) cell materialised: the round's own `scores` and
+    `advantages` are that rubric's re-score, so the cell is never "missing" (nothing is computed again)."""
+    version = records["scores"].meta["rubric_version"]
+    instance = context.instance
+    if not instance.has_dynamic_partition(RUBRIC_VERSIONS.name, version):
+        instance.add_dynamic_partitions(RUBRIC_VERSIONS.name, [version])
+    key = dg.MultiPartitionKey({"round": context.partition_key, "rubric": version})
+    for asset, kind in (("rescored_scores", "scores"), ("rescored_advantages", "advantages")):
+        context.log_event(
+            dg.AssetMaterialization(
+                asset,
+                partition=str(key),
+                metadata={
+                    "content_hash": records[kind].content_hash,
+                    "same_as": f"the round's own {kind} (the training rubric)",
+                },
+            )
+        )

@@ -278,13 +278,15 @@ class Stage:
         )
         failpoint(f"mlflow:{self.asset}")
 
-    @staticmethod
     def materialized(
-        record: ArtifactRecord, asset_key: str | None = None, **metadata
+        self, record: ArtifactRecord, asset_key: str | None = None, **metadata
     ) -> dg.MaterializeResult:
-        """The Dagster result: the content hash as data version, plus what a person wants to see."""
+        """The Dagster result: the content hash as data version, plus what a person wants to see, and a link
+        to the round's MLflow run."""
         shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in metadata.items()}
         rows = {"rows": record.rows} if record.rows is not None else {}
+        if self.run_id is not None and self.tracker is not None:
+            shown["mlflow_run"] = dg.MetadataValue.url(self.tracker.run_url(self.run_id))
         return dg.MaterializeResult(
             asset_key=asset_key,
             data_version=dg.DataVersion(record.content_hash),

@@ -113,11 +113,9 @@ def cmd_run(args) -> int:
     from resources.tracker import check_writable
 
     config = load_config(args.config, name=args.experiment)
-    rounds = config.rounds if args.rounds is None else args.rounds
-    if not 1 <= rounds <= config.rounds:
-        raise UsageError(
-            f"--rounds {args.rounds}: must be between 1 and the config's rounds ({config.rounds})"
-        )
+    first, rounds = (1, config.rounds) if args.rounds is None else _round_range(args.rounds)
+    if rounds > config.rounds:
+        raise UsageError(f"--rounds {args.rounds}: the config has {config.rounds} rounds")
     store = _store(args.data_root)
     instance = get_instance(args.data_root)
     with hold_lease(store, config.name) as lease:
@@ -132,6 +130,8 @@ def cmd_run(args) -> int:
         check_writable(deployed_resources(args.data_root)["tracker"])  # before any round writes anything
         print(f"experiment {config.name}: {rounds} rounds, data root {args.data_root}", flush=True)
         committed = round_commits(store, config.name)  # a commit is never taken back
+        if before := [r for r in range(1, first) if r not in committed]:  # each round trains on the last
+            raise UsageError(f"--rounds {args.rounds}: rounds {_spans(before)} are not committed yet")
         for round_ in range(1, rounds + 1):
             if round_ not in committed and (
                 failed := _run_round(args, instance, store, config.name, round_, rounds)
@@ -233,23 +233,31 @@ def _spans(rounds: list[int]) -> str:
     return ", ".join(f"{a}..{b}" if b > a else f"{a}" for a, b in spans) or "none"
 
 
-def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
-    """`A..B` or `A` -> the rounds asked for, every one of which must have rollouts recorded. B is held
-    to MAX_ROUNDS (an experiment's most) before any list of rounds is made: `1..10**12` is one line."""
-    if not text:
-        return available
+ROUNDS_HELP = "A..B, or N for 1..N (through round N)"
+
+
+def _round_range(text: str, known: str = "") -> tuple[int, int]:
+    """`--rounds` as every command reads it: `A..B`, or `N` for `1..N`. B is held to MAX_ROUNDS (an
+    experiment's most) before any list of rounds is made: `1..10**12` is one line (`known`: what the
+    command has, said with it)."""
     first, sep, last = text.partition("..")
     try:
-        low, high = int(first), int(last if sep else first)
+        low, high = (int(first), int(last)) if sep else (1, int(first))
     except ValueError:
-        raise UsageError(f"--rounds {text!r}: expected A..B or A, e.g. 1..20") from None
+        raise UsageError(f"--rounds {text!r}: expected {ROUNDS_HELP}, e.g. 1..20 or 20") from None
     if low < 1 or high < low:
         raise UsageError(f"--rounds {text}: need 1 <= A <= B")
     if high > MAX_ROUNDS:
-        raise UsageError(
-            f"--rounds {text}: an experiment has at most {MAX_ROUNDS} rounds "
-            f"(rounds with rollouts: {_spans(available)})"
-        )
+        raise UsageError(f"--rounds {text}: an experiment has at most {MAX_ROUNDS} rounds{known}")
+    return low, high
+
+
+def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
+    """The rounds `--rounds` asks for (default: `available`), every one of which must have rollouts
+    recorded."""
+    if not text:
+        return available
+    low, high = _round_range(text, f" (rounds with rollouts: {_spans(available)})")
     missing = [r for r in range(low, high + 1) if r not in available]
     if missing:
         raise UsageError(
@@ -293,6 +301,7 @@ def cmd_rescore(args) -> int:
     keys = [dg.MultiPartitionKey({"round": round_key(args.experiment, r), "rubric": version}) for r in rounds]
     url = dagster_client.dagster_url(args.dagster_url)
     if dagster_client.is_running(url):
+        _require_this_data_root(args, url)
         backfill = dagster_client.launch_backfill(
             url,
             [str(k) for k in keys],
@@ -300,10 +309,23 @@ def cmd_rescore(args) -> int:
             f"rescore {args.experiment} with {version}",
         )
         print(
-            f"launched backfill {backfill} on {url}: "
-            f"{len(keys)} partitions ({version}, rounds {_spans(rounds)})"
+            f"launched backfill {backfill} on {url}: {len(keys)} partitions ({version}, rounds "
+            f"{_spans(rounds)}); {url}/overview/backfills/{backfill}",
+            flush=True,
         )
-        return 0
+        if not args.wait:
+            return 0
+        status = _wait_for_backfill(url, backfill)
+        if status != "COMPLETED_SUCCESS":
+            print(
+                f"backfill {backfill} ended {status}: see {url}/overview/backfills/{backfill}",
+                file=sys.stderr,
+            )
+        return (
+            (0 if status == "COMPLETED_SUCCESS" else 1)
+            if _print_rescored(store, args.experiment, rounds, version)
+            else 1
+        )
     for round_, key in zip(rounds, keys, strict=True):
         result = execute_partition(instance, args.data_root, RESCORE_JOB, key, debug=args.debug)
         if not result.success:
@@ -311,13 +333,63 @@ def cmd_rescore(args) -> int:
             for line in failure_lines(result, args.debug):
                 print(f"  {line}", file=sys.stderr)
             return 1
-        record = store.artifact(args.experiment, round_, "rescore_advantages", version)
-        comparison = store.artifact(args.experiment, round_, "rescore_comparison", version).meta
-        print(
-            f"round {round_:>3}  {version}  advantages {record.content_hash[:12]}  "
-            f"reward r={comparison['reward_correlation']}  sign flips {comparison['sign_flip_share']:.3f}"
-        )
+        _print_rescored(store, args.experiment, [round_], version, header=round_ == rounds[0])
     return 0
+
+
+def _require_this_data_root(args, url: str) -> None:
+    """Refuse a webserver whose code location writes to another data root (or catalog): its backfill would
+    re-score that root's rounds, not these."""
+    from pipelines import dagster_client
+
+    catalog = load_deployment().lineage.catalog
+    served = dagster_client.served_stores(url)
+    if any(
+        root == args.data_root or (catalog and served_catalog == catalog) for root, served_catalog in served
+    ):
+        return
+    elsewhere = ", ".join(sorted(root for root, _ in served)) or "no creditline code location"
+    raise UsageError(
+        f"--dagster-url {url} serves data root {elsewhere}, not {args.data_root}: "
+        "start `make ui` for this root (CREDITLINE_DATA_ROOT) or name its webserver with --dagster-url"
+    )
+
+
+def _wait_for_backfill(url: str, backfill: str, poll_s: float = 2.0) -> str:
+    """Poll the backfill until it has launched its runs and they have ended; its final status."""
+    from pipelines import dagster_client
+
+    while (status := dagster_client.backfill_status(url, backfill)) not in dagster_client.FINISHED:
+        time.sleep(poll_s)
+    return status
+
+
+def _print_rescored(store, experiment: str, rounds: list[int], version: str, header: bool = True) -> bool:
+    """One line per re-scored round: how the new rubric's rewards and advantages compare with those the round
+    trained on. False if a round has no comparison recorded."""
+    if header:
+        columns = f"{'reward r':>8}  {'adv. rank r':>11}  {'sign flips':>10}"
+        print(f"{'round':>5}  {'rubric':<16}  {columns}  advantages")
+    complete = True
+    for round_ in rounds:
+        record = store.artifact(experiment, round_, "rescore_advantages", version)
+        compared = store.artifact(experiment, round_, "rescore_comparison", version)
+        if record is None or compared is None:
+            print(f"{round_:>5}  {version:<16}  not re-scored")
+            complete = False
+            continue
+        c = compared.meta
+        print(
+            f"{round_:>5}  {version:<16}  {_correlation(c['reward_correlation']):>8}  "
+            f"{_correlation(c['advantage_rank_correlation']):>11}  {c['sign_flip_share']:>10.3f}  "
+            f"{record.content_hash[:12]}"
+        )
+    return complete
+
+
+def _correlation(value: float | None) -> str:
+    """A correlation to three places; "n/a" where it is undefined (a constant column)."""
+    return "n/a" if value is None else f"{value:+.3f}"
 
 
 def _print_report(evaluations) -> None:
@@ -830,7 +902,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = add("run", cmd_run, "run rounds through Dagster")
     run.add_argument("--experiment", default=None, help=f"experiment name (default {DEFAULT_EXPERIMENT})")
-    run.add_argument("--rounds", type=int, default=None, help="total rounds (default: the config's `rounds`)")
+    run.add_argument("--rounds", default=None, help=f"{ROUNDS_HELP} (default: every round of the config)")
     run.add_argument("--config", default=None, help="TOML file overriding the default experiment config")
     run.add_argument(
         "--quiet", action="store_true", help="no progress line inside a round (drawn only on a terminal)"
@@ -843,12 +915,15 @@ def build_parser() -> argparse.ArgumentParser:
     rescore = add("rescore", cmd_rescore, "re-score stored rounds with another rubric version (a backfill)")
     rescore.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     rescore.add_argument("--rubric", required=True, help="a registered rubric name or version")
-    rescore.add_argument("--rounds", default=None, help="A..B (default: every round with rollouts)")
+    rescore.add_argument("--rounds", default=None, help=f"{ROUNDS_HELP} (default: every round with rollouts)")
     rescore.add_argument(
         "--dagster-url",
         default=None,
-        help="a running webserver (default $CREDITLINE_DAGSTER_URL "
+        help="a running webserver of this data root (default $CREDITLINE_DAGSTER_URL "
         "or http://127.0.0.1:3000); in-process when none answers",
+    )
+    rescore.add_argument(
+        "--wait", action="store_true", help="with a webserver: wait for the backfill, then print each round"
     )
     for name, func, help_ in [
         ("report", cmd_report, "evaluation per round"),

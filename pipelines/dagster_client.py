@@ -62,3 +62,40 @@ def launch_backfill(url: str, partition_names: list[str], asset_paths: list[str]
     if result["__typename"] != "LaunchBackfillSuccess":
         raise DagsterGraphQLError(f"{result['__typename']}: {result.get('message', '')}")
     return result["backfillId"]
+
+
+LINEAGE_RESOURCES = """
+{ repositoriesOrError { ... on RepositoryConnection { nodes {
+    allTopLevelResourceDetails { name configuredValues { key value } } } } } }"""
+
+BACKFILL_STATUS = """
+query($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { status }
+    ... on PythonError { message }
+  }
+}"""
+FINISHED = ("COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED")
+"""A backfill in one of these states launches nothing more."""
+
+
+def served_stores(url: str) -> set[tuple[str, str]]:
+    """(data root, catalog) of the `lineage` resource of every code location the webserver serves: where a
+    backfill it runs reads and writes."""
+    nodes = graphql(url, LINEAGE_RESOURCES)["repositoriesOrError"].get("nodes", [])
+    served = set()
+    for node in nodes:
+        for resource in node["allTopLevelResourceDetails"]:
+            if resource["name"] == "lineage":
+                values = {v["key"]: json.loads(v["value"]) for v in resource["configuredValues"]}
+                served.add((str(values.get("data_root", "")), str(values.get("catalog") or "")))
+    return served
+
+
+def backfill_status(url: str, backfill_id: str) -> str:
+    """The backfill's status (REQUESTED while it is still launching runs; one of FINISHED after)."""
+    result = graphql(url, BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]
+    if result["__typename"] != "PartitionBackfill":
+        raise DagsterGraphQLError(f"{result['__typename']}: {result.get('message', '')}")
+    return result["status"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.rescore import RUBRIC_VERSIONS
+from assets.partitions import RUBRIC_VERSIONS
 from creditline.credit.rubrics import RUBRICS
 from creditline.store import LineageStore, record_rubrics, rubric_versions
 

@@ -18,6 +18,7 @@ after dropping the `_alembic_tmp_*` tables a migration that lost such a race (or
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -45,6 +46,10 @@ _CHECKED: set[tuple[str, str]] = set()
 """(catalog, run id) whose status this process has already checked (and reopened if needed)."""
 _OPENED: set[str] = set()
 """Embedded tracking stores this process has opened (created, migrated) under the first-start lock."""
+_EXPERIMENT_OF: dict[str, str] = {}
+"""MLflow run id -> its experiment's id, as this process has learnt it (for links to the run's page)."""
+MLFLOW_URL_ENV = "CREDITLINE_MLFLOW_URL"
+"""Where a person opens MLflow's UI over the embedded store (default `make mlflow`'s address)."""
 _LOGGED: dict[str, set[str]] = {}
 """MLflow run id -> the metric keys on it, as this process knows them: a run it created starts empty, any
 other is read once from MLflow (what a killed attempt logged), and every `log` adds its keys."""
@@ -136,10 +141,13 @@ class TrackerResource(dg.ConfigurableResource):
             [experiment_id], filter_string=f"tags.`{ROUND_TAG}` = '{tag}'", max_results=1
         )  # created by a process killed before it recorded the id
         run_id = found[0].info.run_id if found else None
+        if run_id is not None:
+            _EXPERIMENT_OF[run_id] = experiment_id
         if run_id is None:
             run_id = client.create_run(
                 experiment_id, run_name=name, tags={**tags, ROUND_TAG: tag}
             ).info.run_id
+            _EXPERIMENT_OF[run_id] = experiment_id
             _LOGGED[run_id] = set()  # new: nothing is logged on it yet
             _CHECKED.add((store.path, run_id))  # created RUNNING
             if params:
@@ -237,6 +245,17 @@ class TrackerResource(dg.ConfigurableResource):
             _LOGGED[run_id].update(p.key for p in points)
         for path in artifacts or []:
             client.log_artifact(run_id, path)
+
+    def run_url(self, run_id: str) -> str:
+        """The run's page in MLflow's UI: the tracking server's own, or `make mlflow`'s over the embedded
+        store (`$CREDITLINE_MLFLOW_URL` where it is served elsewhere)."""
+        if run_id not in _EXPERIMENT_OF:
+            _EXPERIMENT_OF[run_id] = self.client().get_run(run_id).info.experiment_id
+        if self.tracking_uri.startswith(("http://", "https://")):
+            base = self.tracking_uri
+        else:
+            base = os.environ.get(MLFLOW_URL_ENV, "http://127.0.0.1:5000")
+        return f"{base.rstrip('/')}/#/experiments/{_EXPERIMENT_OF[run_id]}/runs/{run_id}"
 
     def logged_keys(self, run_id: str) -> set[str]:
         """Metric keys already on a run (a re-run after a kill does not log them twice): read from MLflow once

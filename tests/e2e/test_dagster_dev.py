@@ -115,7 +115,7 @@ def run_failures(instance: dg.DagsterInstance, runs) -> str:
 
 def cli(env, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+                          text=True, timeout=900)  # fmt: skip
 
 
 def test_sensor_advances_two_rounds_and_a_backfill_rescores_them(dagster_dev):
@@ -156,17 +156,36 @@ def test_sensor_advances_two_rounds_and_a_backfill_rescores_them(dagster_dev):
     instance.dispose()
 
     version = RUBRICS["env-efficient"].version
+    other = {
+        **env,
+        "CREDITLINE_DATA_ROOT": str(data_root.parent / "other"),
+    }  # a root this webserver does not serve
+    assert cli(other, "register", "--experiment", EXPERIMENT, "--config", str(TINY)).returncode == 0
+    refused = cli(
+        other, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient", "--dagster-url", url
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"serves data root {data_root}, not {data_root.parent / 'other'}" in refused.stderr
+
     launched = cli(
-        env, "rescore", "--experiment", EXPERIMENT, "--rubric", "env-efficient", "--dagster-url", url
+        env,
+        "rescore",
+        "--experiment",
+        EXPERIMENT,
+        "--rubric",
+        "env-efficient",
+        "--dagster-url",
+        url,
+        "--wait",
     )
     assert launched.returncode == 0 and "launched backfill" in launched.stdout, launched.stderr
-
-    def rescored():
-        return {
-            a.round for a in store.artifacts(EXPERIMENT, kind="rescore_comparison") if a.variant == version
-        }
-
-    wait_for(lambda: rescored() == {1, 2}, 600, "the re-score backfill", log)
+    assert f"{url}/overview/backfills/" in launched.stdout
+    rows = [line.split() for line in launched.stdout.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    assert [row[:2] for row in rows] == [["1", version], ["2", version]], launched.stdout  # waited for both
+    rescored = {
+        a.round for a in store.artifacts(EXPERIMENT, kind="rescore_comparison") if a.variant == version
+    }
+    assert rescored == {1, 2}
 
     lineage = cli(env, "lineage", "--experiment", EXPERIMENT, "--json")
     assert lineage.returncode == 0, lineage.stderr

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -224,6 +225,14 @@ def test_rescore_twice_gives_identical_hashes_and_no_duplicate_rows(finished):
         "http://127.0.0.1:9",
     )  # nothing listens there: runs in-process
     assert first.returncode == 0, first.stderr
+    lines = [line.split() for line in first.stdout.splitlines()]
+    assert [line[:2] for line in lines].count(["round", "rubric"]) == 1  # one header, then a line per round
+    rows = [line for line in lines if line[:1] in (["1"], ["2"])]
+    assert [row[0] for row in rows] == ["1", "2"]
+    for _, _, reward, rank, flips, _ in rows:  # rounded: three places, "n/a" where undefined
+        assert all(re.fullmatch(r"[+-]\d\.\d{3}|n/a", r) for r in (reward, rank)) and re.fullmatch(
+            r"\d\.\d{3}", flips
+        )
     store = LineageStore(data_root / "lineage.duckdb")
     kinds = ("rescore_scores", "rescore_advantages", "rescore_comparison")
     before = {(a.round, a.kind): a.content_hash for a in store.artifacts(EXPERIMENT) if a.kind in kinds}

@@ -230,3 +230,33 @@ def test_an_experiment_made_before_the_kind_tag_is_given_it(tmp_path):
     assert "mlflow.experimentKind" not in client.get_experiment(old).tags
     assert tracker._experiment_id(client, "made-before") == old
     assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_a_committed_round_fills_its_rubric_cell_links_mlflow_and_starts_the_curve_at_round_0(tmp_path):
+    """What a user looks at after a round: the re-score grid's (round, training rubric) cell is materialised
+    (not "missing" for ever), every asset links to the round's MLflow run, and the experiment's curves start
+    at step 0 with the initial policy."""
+    import mlflow
+
+    with dg.instance_for_test() as instance:
+        result, store = run_round(tmp_path, "looked-at", 1, instance)
+        assert result.success
+        version = store.artifact("looked-at", 1, "scores").meta["rubric_version"]
+        cell = str(dg.MultiPartitionKey({"round": round_key("looked-at", 1), "rubric": version}))
+        for asset in ("rescored_scores", "rescored_advantages"):
+            assert instance.get_materialized_partitions(dg.AssetKey(asset)) == {cell}
+        client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+        experiment_id = client.get_experiment_by_name("looked-at").experiment_id
+        summary = instance.get_latest_materialization_event(dg.AssetKey("round_summary")).asset_materialization
+        parent = summary.metadata["mlflow_parent_run_id"].value
+        round_run = summary.metadata["mlflow_run_id"].value
+        base = f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
+        assert summary.metadata["mlflow_run"].value == f"{base}/{round_run}"
+        assert summary.metadata["mlflow_experiment_run"].value == f"{base}/{parent}"
+        for asset in ("episodes", "scores", "advantages", "checkpoint", "evaluation"):
+            shown = instance.get_latest_materialization_event(dg.AssetKey(asset)).asset_materialization
+            assert shown.metadata["mlflow_run"].value == f"{base}/{round_run}", asset
+    curve = client.get_metric_history(parent, "evaluation/success_rate")
+    initial = next(e for e in store.evaluations("looked-at") if e.round == 0)
+    assert sorted(m.step for m in curve) == [0, 1]
+    assert next(m.value for m in curve if m.step == 0) == initial.success_rate
