@@ -247,7 +247,9 @@ def test_a_committed_round_fills_its_rubric_cell_links_mlflow_and_starts_the_cur
             assert instance.get_materialized_partitions(dg.AssetKey(asset)) == {cell}
         client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
         experiment_id = client.get_experiment_by_name("looked-at").experiment_id
-        summary = instance.get_latest_materialization_event(dg.AssetKey("round_summary")).asset_materialization
+        summary = instance.get_latest_materialization_event(
+            dg.AssetKey("round_summary")
+        ).asset_materialization
         parent = summary.metadata["mlflow_parent_run_id"].value
         round_run = summary.metadata["mlflow_run_id"].value
         base = f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
