@@ -234,6 +234,7 @@ def _spans(rounds: list[int]) -> str:
 
 
 ROUNDS_HELP = "A..B, or N for 1..N (through round N)"
+EXPERIMENT_HELP = f"experiment name (default {DEFAULT_EXPERIMENT})"
 
 
 def _round_range(text: str, known: str = "") -> tuple[int, int]:
@@ -894,7 +895,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name, func, help_):
-        p = sub.add_parser(name, help=help_)
+        p = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
         p.set_defaults(func=func)
         p.add_argument("--data-root", default=argparse.SUPPRESS)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
@@ -910,10 +911,12 @@ def build_parser() -> argparse.ArgumentParser:
     register = add(
         "register", cmd_register, "register an experiment for the round sensor, without running it"
     )
-    register.add_argument("--experiment", default=None)
-    register.add_argument("--config", default=None)
+    register.add_argument(
+        "--experiment", default=None, help=f"experiment name (default {DEFAULT_EXPERIMENT})"
+    )
+    register.add_argument("--config", default=None, help="TOML file overriding the default experiment config")
     rescore = add("rescore", cmd_rescore, "re-score stored rounds with another rubric version (a backfill)")
-    rescore.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    rescore.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=EXPERIMENT_HELP)
     rescore.add_argument("--rubric", required=True, help="a registered rubric name or version")
     rescore.add_argument("--rounds", default=None, help=f"{ROUNDS_HELP} (default: every round with rollouts)")
     rescore.add_argument(
@@ -931,14 +934,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("verify", cmd_verify, "re-hash every artifact, check edges, rounds and tracking"),
     ]:
         p = add(name, func, help_)
-        p.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=EXPERIMENT_HELP)
+        p.add_argument("--json", action="store_true", help="JSON instead of a table")
         if name == "lineage":
             p.add_argument("--round", type=int, default=None, help="default: the newest round")
     adv = add("advantages", cmd_advantages, "compute advantages for a steps Parquet file")
-    adv.add_argument("--estimator", required=True)
+    adv.add_argument("--estimator", required=True, help="an estimator's name (docs/advantages.md)")
     adv.add_argument("--param", action="append", default=[], help="key=value (JSON values), repeatable")
-    adv.add_argument("--steps", required=True)
+    adv.add_argument("--steps", required=True, help="a steps table (Parquet), e.g. a round's steps.parquet")
     adv.add_argument(
         "--scores", default=None, help="a round's scores.parquet: use its step and episode rewards"
     )
@@ -949,7 +952,7 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument(
         "--episodes", default=None, help="the round's episodes.parquet (their success), for prof"
     )
-    adv.add_argument("--out", required=True)
+    adv.add_argument("--out", required=True, help="the advantages table to write (Parquet, atomically)")
     imp = add("import", cmd_import, "make verifiers' saved rollouts the next round of an experiment")
     imp.add_argument("kind", choices=["verifiers"], help="the format family of the files")
     imp.add_argument("path", help="a verifiers run folder, or its results.jsonl / traces.jsonl")
@@ -958,10 +961,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", default=None, help="TOML file: the experiment's rubric, estimator, policy, ..."
     )
     export = add("export", cmd_export, "a round's per-token advantages for verifiers (PR #941) or prime-rl")
-    export.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    export.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=EXPERIMENT_HELP)
     export.add_argument("--round", type=int, default=None, help="default: the newest round with advantages")
     export.add_argument(
-        "--format", required=True, choices=["pr941", "prime-rl", "verifiers-v1", "prime-rl-rollouts"]
+        "--format",
+        required=True,
+        choices=["pr941", "prime-rl", "verifiers-v1", "prime-rl-rollouts"],
+        help="the consumer's format (docs/verifiers.md)",
     )
     export.add_argument(
         "--rubric",
@@ -985,8 +991,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --experiment: 0 is the initial policy (default: the newest checkpoint)",
     )
-    serve_.add_argument("--engine", default="torch", choices=["torch", "vllm"])
-    serve_.add_argument("--host", default="127.0.0.1")
+    serve_.add_argument("--engine", default="torch", choices=["torch", "vllm"], help="default: torch")
+    serve_.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve_.add_argument("--port", type=int, default=8000, help="0: any free port (printed when ready)")
     serve_.add_argument(
         "--model-name",

@@ -26,3 +26,23 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
         stderr = process.stderr.read().decode()
         assert process.wait(timeout=60) == 141
     assert stderr == ""
+
+
+def test_every_command_and_flag_says_what_it_is():
+    """`creditline CMD --help` has a description, and every option and argument a help line."""
+    import argparse
+
+    from pipelines.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert commands.choices
+    for name, command in commands.choices.items():
+        assert command.description, name
+        for action in command._actions:
+            if action.help is argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+                continue
+            if action.default is argparse.SUPPRESS:  # --data-root, --debug: described on the top level
+                continue
+            assert action.help, f"creditline {name} {'/'.join(action.option_strings) or action.dest}"
+    assert all(a.help for a in parser._actions if not isinstance(a, argparse._SubParsersAction))
