@@ -114,6 +114,7 @@ ui: install
 # The MLflow UI over the data root's embedded tracking store (artifacts are file paths beside it). A deployment
 # with a tracking server (`[mlflow] tracking_uri`) has that server's own UI instead.
 mlflow: install
+	@echo "creditline's runs: http://127.0.0.1:$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(DATA_ROOT)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT)
 
 bench: install-test

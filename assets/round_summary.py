@@ -40,14 +40,14 @@ def round_summary(context: dg.AssetExecutionContext, lineage: LineageResource, t
         )
     run_id = tracker.round_run(store, experiment, round_, config.to_dict())
     parent = tracker.experiment_run(store, experiment, config.to_dict())
-    metrics = {
-        k: v for k, v in tracker.client().get_run(run_id).data.metrics.items() if SERIES_MARK not in k
-    }  # series stay on the round's run
-    if not tracker.logged_at_step(parent, "evaluation/success_rate", round_):
-        tracker.log(parent, metrics=metrics, step=round_)
+    logged = tracker.client().get_run(run_id).data.metrics
+    # series stay on the round's run; the headline curves first (MLflow lists a run's metrics in that order)
+    metrics = {k: logged[k] for k in sorted(logged, key=_headline_first) if SERIES_MARK not in k}
     if round_ == 1 and not tracker.logged_at_step(parent, "evaluation/success_rate", 0):
         # the curves' baseline: the initial policy
         tracker.log(parent, metrics=_initial_policy_metrics(store, experiment), step=0)
+    if not tracker.logged_at_step(parent, "evaluation/success_rate", round_):
+        tracker.log(parent, metrics=metrics, step=round_)
     tracker.close(run_id)
     tracker.close(parent)
     failpoint("commit:round")
@@ -66,6 +66,13 @@ def round_summary(context: dg.AssetExecutionContext, lineage: LineageResource, t
             **{k: round(v, 4) for k, v in metrics.items() if k.startswith("evaluation/")},
         },
     )
+
+
+HEADLINE = ("evaluation/success_rate", "evaluation/mean_return")
+
+
+def _headline_first(key: str) -> tuple[int, str]:
+    return (HEADLINE.index(key) if key in HEADLINE else len(HEADLINE), key)
 
 
 def _initial_policy_metrics(store, experiment: str) -> dict[str, float]:

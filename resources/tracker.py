@@ -48,6 +48,8 @@ _OPENED: set[str] = set()
 """Embedded tracking stores this process has opened (created, migrated) under the first-start lock."""
 _EXPERIMENT_OF: dict[str, str] = {}
 """MLflow run id -> its experiment's id, as this process has learnt it (for links to the run's page)."""
+ML_VIEW = "workflowType=machine_learning"
+"""MLflow 3.17's UI opens in its GenAI view (traces) unless the page asks for the model-training one."""
 MLFLOW_URL_ENV = "CREDITLINE_MLFLOW_URL"
 """Where a person opens MLflow's UI over the embedded store (default `make mlflow`'s address)."""
 _LOGGED: dict[str, set[str]] = {}
@@ -255,7 +257,8 @@ class TrackerResource(dg.ConfigurableResource):
             base = self.tracking_uri
         else:
             base = os.environ.get(MLFLOW_URL_ENV, "http://127.0.0.1:5000")
-        return f"{base.rstrip('/')}/#/experiments/{_EXPERIMENT_OF[run_id]}/runs/{run_id}"
+        page = f"#/experiments/{_EXPERIMENT_OF[run_id]}/runs/{run_id}?{ML_VIEW}"
+        return f"{base.rstrip('/')}/{page}"
 
     def logged_keys(self, run_id: str) -> set[str]:
         """Metric keys already on a run (a re-run after a kill does not log them twice): read from MLflow once

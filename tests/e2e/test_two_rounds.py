@@ -77,7 +77,10 @@ def test_mlflow_has_a_parent_run_with_curves_and_one_closed_child_run_per_round(
                                                 2: runs["2"].info.run_id}  # fmt: skip
     curve = client.get_metric_history(parent.info.run_id, "evaluation/success_rate")
     evaluations = {e.round: e.success_rate for e in store.evaluations(EXPERIMENT)}
-    assert sorted((m.step, m.value) for m in curve) == [(1, evaluations[1]), (2, evaluations[2])]
+    # step 0 is the initial policy: the curve's baseline
+    assert sorted((m.step, m.value) for m in curve) == [(r, evaluations[r]) for r in (0, 1, 2)]
+    headline = ["evaluation/success_rate", "evaluation/mean_return"]
+    assert list(parent.data.metrics)[:2] == headline  # listed first
     assert all(m.timestamp > 1_700_000_000_000 for m in curve)  # real wall-clock times, not 1970
     assert parent.info.status == "FINISHED" and parent.info.end_time is not None
     for round_, run in runs.items():

@@ -253,11 +253,12 @@ def test_a_committed_round_fills_its_rubric_cell_links_mlflow_and_starts_the_cur
         parent = summary.metadata["mlflow_parent_run_id"].value
         round_run = summary.metadata["mlflow_run_id"].value
         base = f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
-        assert summary.metadata["mlflow_run"].value == f"{base}/{round_run}"
-        assert summary.metadata["mlflow_experiment_run"].value == f"{base}/{parent}"
+        view = "?workflowType=machine_learning"  # MLflow 3.17's model-training view, not its GenAI one
+        assert summary.metadata["mlflow_run"].value == f"{base}/{round_run}{view}"
+        assert summary.metadata["mlflow_experiment_run"].value == f"{base}/{parent}{view}"
         for asset in ("episodes", "scores", "advantages", "checkpoint", "evaluation"):
             shown = instance.get_latest_materialization_event(dg.AssetKey(asset)).asset_materialization
-            assert shown.metadata["mlflow_run"].value == f"{base}/{round_run}", asset
+            assert shown.metadata["mlflow_run"].value == f"{base}/{round_run}{view}", asset
     curve = client.get_metric_history(parent, "evaluation/success_rate")
     initial = next(e for e in store.evaluations("looked-at") if e.round == 0)
     assert sorted(m.step for m in curve) == [0, 1]
