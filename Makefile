@@ -73,12 +73,14 @@ run: install
 	$(BIN)/creditline run
 
 # The server the scale-out and store tests start themselves (tests/servers.py): Debian's Postgres, installed
-# once. moto (S3) and MLflow's server come with the test extras. Under `make test` the servers are required:
+# once; and Debian's Chromium, the headless browser tests/e2e/test_ui_pages.py reads the UIs' pages with. moto (S3) and MLflow's server come with the test extras. Under `make test` the servers are required:
 # a test whose server cannot start fails instead of skipping.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 servers:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 # The suite runs as two pytest processes side by side (most of it drives one CLI process at a time and
 # leaves the second core idle): SECOND_STREAM, the fault tests (tests/faults/, which start their own CLI

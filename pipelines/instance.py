@@ -47,6 +47,8 @@ run_monitoring:
   free_slots_after_run_end_seconds: 10
 telemetry:
   enabled: false
+nux:
+  enabled: false
 """
 
 

@@ -210,3 +210,55 @@ def s3_server(log_dir: Path) -> Iterator[S3]:
         yield server
     finally:
         stop_process(process)
+
+
+@contextlib.contextmanager
+def dagster_webserver(data_root: Path) -> Iterator[str]:
+    """`dagster-webserver` over the data root's instance and the project's workspace (what `make ui` serves,
+    without the daemon), on a free port; yields its http:// URL."""
+    port = free_port()
+    log = data_root / f"dagster-webserver-{port}.log"
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "CREDITLINE_DATA_ROOT": str(data_root),
+        "DAGSTER_HOME": str(data_root / "dagster_home"),
+    }
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [Path(sys.executable).parent / "dagster-webserver", "-w", "workspace.yaml", "-h", "127.0.0.1",
+             "-p", str(port)], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(lambda: _answers(f"{url}/server_info"), "dagster-webserver", process, log, 120)
+        yield url
+    finally:
+        stop_process(process)
+
+
+@contextlib.contextmanager
+def mlflow_ui(data_root: Path) -> Iterator[str]:
+    """`mlflow ui` over the data root's embedded tracking store (what `make mlflow` serves) on a free port."""
+    port = free_port()
+    log = data_root / f"mlflow-ui-{port}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [Path(sys.executable).parent / "mlflow", "ui", "--backend-store-uri",
+             f"sqlite:///{data_root / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(lambda: _answers(f"{url}/health"), "mlflow ui", process, log, 90)
+        yield url
+    finally:
+        stop_process(process)
+
+
+def chromium() -> str:
+    """Debian's headless-capable Chromium (`make test` installs it), or `unavailable`."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        unavailable("no chromium on PATH (Debian's `chromium` package; `make test` installs it)")
+    return str(found)
