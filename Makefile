@@ -73,8 +73,9 @@ run: install
 	$(BIN)/creditline run
 
 # The server the scale-out and store tests start themselves (tests/servers.py): Debian's Postgres, installed
-# once; and Debian's Chromium, the headless browser tests/e2e/test_ui_pages.py reads the UIs' pages with. moto (S3) and MLflow's server come with the test extras. Under `make test` the servers are required:
-# a test whose server cannot start fails instead of skipping.
+# once; and Debian's Chromium, the headless browser tests/e2e/test_ui_pages.py reads the UIs' pages with.
+# moto (S3) and MLflow's server come with the test extras. Under `make test` the servers are required: a test
+# whose server cannot start fails instead of skipping.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 servers:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
