@@ -1,12 +1,14 @@
 """The re-score branch: a round's stored rollouts scored with another rubric version. Never feeds training.
 
 Partitioned by (round × rubric version). The rubric dimension is dynamic (`rubric_versions`): it holds
-every version registered in code (`creditline.credit.rubrics.RUBRICS`) and every version the lineage store has
-recorded, added by `pipelines.rubric_partitions.sync_rubric_partitions` (the CLI and the round sensor
-call it). Adding or editing a rubric adds a version, whose partitions show as missing in the UI until a
-backfill fills them; the old version stays a partition, so what was scored with it stays visible (its
-re-score fails with one line if run again, since the code that defined it is gone). Files go to
-`r<NNN>/rescore/<version>/`.
+every version of a rubric that loads now (the built-ins and the registered plugins:
+`creditline.credit.rubric_registry`) and every version the lineage store has recorded, added by
+`pipelines.rubric_partitions.sync_rubric_partitions` (the CLI and the round sensor call it). Adding or
+editing a rubric adds a version, whose partitions show as missing in the UI until a backfill fills them;
+the old version stays a partition, so what was scored with it stays visible (its re-score fails with one
+line if run again, since the code that defined it is gone). A version's rubric is looked for among those
+that load now and by the name or import path the store recorded it with (a rubric named by import path
+only, in a config or in `creditline rescore --rubric`). Files go to `r<NNN>/rescore/<version>/`.
 """
 
 import dagster as dg
@@ -19,9 +21,9 @@ from creditline.credit.advantages import params_hash
 from creditline.credit.rescore import RescoreComparison, compare_rescoring
 from creditline.credit.reward_model import reward_model_kind
 from creditline.credit.round_advantages import step_advantages
-from creditline.credit.rubrics import rubric_by_version
+from creditline.credit.rubric_registry import rubric_by_version
 from creditline.round import with_model_rewards
-from creditline.store import record_rubrics
+from creditline.store import record_rubrics, rubric_versions
 from resources import LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -41,14 +43,16 @@ TO_ROUND = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="r
 )
 def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource):
     stage, version = _stage(context, lineage, None)
-    rubric = rubric_by_version(version)  # fails with one line for a version no longer defined in code
+    recorded = [r.source for r in rubric_versions(stage.store) if r.version == version and r.source]
+    source, rubric = rubric_by_version(version, recorded)  # one line for a version no longer defined
     with stage.reads():
         episodes, steps = stage.input("episodes"), stage.input("steps")
         parents = [(episodes.content_hash, "scored_from"), (steps.content_hash, "scored_from")]
         output = stage.table("rescore_scores", parents, {"rubric_version": version}, version, schema="scores")
     tables = read_checked(episodes), read_checked(steps)
     stage.produce(
-        lambda: {"rescore_scores": rubric.score(*tables)}, also_record=lambda s: record_rubrics(s, [rubric])
+        lambda: {"rescore_scores": rubric.score(*tables)},
+        also_record=lambda s: record_rubrics(s, {source: rubric}),
     )
     return stage.materialized(
         output.record,

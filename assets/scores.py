@@ -5,7 +5,7 @@ import dagster as dg
 from assets.code_version import code_version
 from assets.partitions import ROUNDS
 from assets.stage import Stage, read_checked
-from creditline.credit.rubrics import get_rubric
+from creditline.credit.rubric_registry import get_rubric
 from creditline.round import score_rollouts
 from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource
@@ -30,7 +30,9 @@ def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker:
     tables = read_checked(episodes), read_checked(steps)
     stage.produce(
         lambda: {"scores": score_rollouts(stage.config, *tables)},
-        also_record=lambda store: record_rubrics(store, [rubric]),  # the version stays a re-score partition
+        also_record=lambda store: record_rubrics(
+            store, {stage.config.rubric: rubric}
+        ),  # the version stays a re-score partition
     )
     episode_reward = output.value.drop_duplicates("episode_id")["episode_reward"]
     metrics = {

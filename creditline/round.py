@@ -44,7 +44,7 @@ from creditline.credit.reward_model import (
     train_reward_model,
 )
 from creditline.credit.round_advantages import join_on_step
-from creditline.credit.rubrics import get_rubric
+from creditline.credit.rubric_registry import get_rubric
 from creditline.engines import Engine
 from creditline.ids import derive_seed
 from creditline.rollout.branching import can_snapshot, choose_points, play_branches, with_branches

@@ -5,11 +5,11 @@
     creditline lineage [--experiment NAME] [--round R] [--json]
     creditline verify [--experiment NAME] [--json]
     creditline register [--experiment NAME] [--config FILE]
-    creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
+    creditline rescore [--experiment NAME] --rubric NAME|PATH|VERSION [--rounds A..B]
     creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet]
                           [--sample-filter prof --episodes E.parquet] --out OUT.parquet
     creditline export [--experiment NAME] [--round R] --format pr941|prime-rl|verifiers-v1|prime-rl-rollouts
-                      [--rubric VERSION] --out FILE.jsonl|DIR
+                      [--rubric NAME|PATH|VERSION] --out FILE.jsonl|DIR
     creditline serve --policy FOLDER | --experiment NAME [--round N] [--engine torch|vllm] [--port P]
 
 Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./creditline-data`) and
@@ -273,8 +273,6 @@ def cmd_rescore(args) -> int:
     import dagster as dg
 
     from assets.partitions import round_key
-    from creditline.credit.rubrics import RUBRICS, rubric_by_version
-    from creditline.store.rubric_versions import rubric_versions
     from pipelines import dagster_client
     from pipelines.definitions import RESCORE_JOB
     from pipelines.instance import get_instance
@@ -283,16 +281,7 @@ def cmd_rescore(args) -> int:
 
     store = _store(args.data_root)
     _known_experiment(store, args.experiment)
-    known = {r.version for r in rubric_versions(store)} | {r.version for r in RUBRICS.values()}
-    if args.rubric not in RUBRICS and args.rubric not in known:
-        raise UsageError(
-            f"--rubric {args.rubric!r} is neither a registered rubric ({', '.join(sorted(RUBRICS))}) "
-            "nor a recorded rubric version"
-        )
-    try:
-        version = (RUBRICS[args.rubric] if args.rubric in RUBRICS else rubric_by_version(args.rubric)).version
-    except ValueError as exc:  # a version scored once, whose rubric is no longer in code
-        raise UsageError(f"--rubric {args.rubric!r}: {exc}") from None
+    version = _rescore_version(store, args.rubric)
     rounds = _parse_rounds(
         args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")})
     )
@@ -391,6 +380,32 @@ def _print_rescored(store, experiment: str, rounds: list[int], version: str, hea
 def _correlation(value: float | None) -> str:
     """A correlation to three places; "n/a" where it is undefined (a constant column)."""
     return "n/a" if value is None else f"{value:+.3f}"
+
+
+def _rescore_version(store: LineageStore, name: str) -> str:
+    """The version `--rubric` stands for: a rubric's (a built-in, a plugin's or one by import path: loaded,
+    and recorded with the name it was given, so that the re-score stage can load it again by import
+    path), or a rubric version itself (recorded or defined now, its rubric loadable now)."""
+    from creditline.credit.rubric_registry import UnknownRubric, load_rubric, rubric_by_version, rubric_target
+    from creditline.store import record_rubrics, rubric_versions
+
+    try:
+        rubric_target(name)  # a rubric's name or import path? (imports nothing)
+    except UnknownRubric as unknown:
+        recorded = {r.version: r.source for r in rubric_versions(store)}
+        try:
+            rubric_by_version(name, [recorded[name]] if recorded.get(name) else [])
+        except ValueError as exc:
+            if name in recorded:  # a version scored once, whose rubric is no longer defined
+                raise UsageError(f"--rubric {name!r}: {exc}") from None
+            raise UsageError(f"--rubric {name!r} is not a rubric version, and {unknown}") from None
+        return name
+    try:
+        rubric = load_rubric(name)
+    except UnknownRubric as exc:
+        raise UsageError(f"--rubric {name!r}: {exc}") from None
+    record_rubrics(store, {name: rubric})
+    return rubric.version
 
 
 def _print_report(evaluations) -> None:
@@ -683,9 +698,17 @@ def cmd_export(args) -> int:
     if round_ not in rounds:
         raise UsageError(f"--round {round_}: no advantages for it; rounds with advantages: {_spans(rounds)}")
     if args.rubric:
-        from creditline.credit.rubrics import RUBRICS
+        from creditline.credit.rubric_registry import UnknownRubric, get_rubric, rubric_target
 
-        args.rubric = RUBRICS[args.rubric].version if args.rubric in RUBRICS else args.rubric
+        try:
+            rubric_target(args.rubric)  # a rubric's name or import path (else a version)
+        except UnknownRubric:
+            pass
+        else:
+            try:
+                args.rubric = get_rubric(args.rubric).version
+            except UnknownRubric as exc:
+                raise UsageError(str(exc)) from None
     scores_kind, advantages_kind = (
         ("rescore_scores", "rescore_advantages") if args.rubric else ("scores", "advantages")
     )
@@ -917,7 +940,11 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--config", default=None, help="TOML file overriding the default experiment config")
     rescore = add("rescore", cmd_rescore, "re-score stored rounds with another rubric version (a backfill)")
     rescore.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=EXPERIMENT_HELP)
-    rescore.add_argument("--rubric", required=True, help="a registered rubric name or version")
+    rescore.add_argument(
+        "--rubric",
+        required=True,
+        help="a rubric: a built-in's or plugin's name, an import path, or a version",
+    )
     rescore.add_argument("--rounds", default=None, help=f"{ROUNDS_HELP} (default: every round with rollouts)")
     rescore.add_argument(
         "--dagster-url",

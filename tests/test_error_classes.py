@@ -37,6 +37,8 @@ NOT_EXPECTED = {
     "a UsageError",
     "creditline.envs.registry.UnknownEnvironment": "not expected today past the config checks, which report it "
     "as a ConfigError's problem",
+    "creditline.credit.rubric_registry.UnknownRubric": "not expected today past the config checks, which report it "
+    "as a ConfigError's problem (`creditline rescore` and `export` turn it into a UsageError)",
     "creditline.rollout.conversation.ChatTemplateError": "not expected today past the config checks, which refuse a "
     "chat config whose tokenizer has no chat template",
     "pipelines.instance.InstanceDamagedError": "not expected today: a Dagster storage no repair can settle",

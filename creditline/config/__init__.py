@@ -14,8 +14,9 @@ is its rule (a range, choices or a pattern, checked by pydantic: `creditline.con
 and `from_dict` report every problem of a config at once as a `ConfigError`, and constructing an
 `ExperimentConfig` checks its values too, so a config that exists is valid.
 
-A config is code (`env.name` names a module and a factory): only `load_config` and `from_dict`, once every
-value is valid, import the environment and build it once to try `env.params`. Constructing a config runs
+A config is code (`env.name` names a module and a factory, `rubric` may too): only `load_config` and
+`from_dict`, once every value is valid, import the environment and build it once to try `env.params`, and
+load the rubric. Constructing a config runs
 none of it, and neither does `read_registered`, which reads a registered config back: it was tried when
 it was registered, and reading it (to compare, report or export) must not run it again.
 
@@ -51,6 +52,7 @@ from creditline.config.schema import (
     Strings,
     Table,
     registered,
+    resolver,
     sections,
     validating,
 )
@@ -240,8 +242,11 @@ class ExperimentConfig:
     """"builtin:tiny" (a random tiny word-level Llama from `seed`), "builtin:chat" (a random small Qwen2
     chat model whose BPE tokenizer is trained on the environment's text) or the path of a local HF
     checkpoint folder (one with a config.json; looked for when a config is loaded)."""
-    rubric: Annotated[str, OneOf(registered("creditline.credit.rubrics", "RUBRICS"))] = "env"
-    """The registered rubric used for training (`creditline.credit.rubrics.RUBRICS`)."""
+    rubric: Annotated[str, Resolves(resolver("creditline.credit.rubric_registry", "rubric_target"))] = "env"
+    """The rubric used for training: a built-in (`env`, `env-efficient`), a registered plugin's (a
+    `creditline.rubrics` entry point) or an import path `package.module:rubric` to a Rubric, a RubricGroup
+    or a factory returning one (`creditline.credit.rubric_registry`). Code: it is imported only once the
+    config's values are valid."""
     env: EnvSettings = field(default_factory=EnvSettings)
     rollouts: RolloutSettings = field(default_factory=RolloutSettings)
     advantages: AdvantageSettings = field(default_factory=AdvantageSettings)

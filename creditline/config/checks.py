@@ -17,10 +17,11 @@ the initial policy's folder is looked for only when a new config is loaded (`fil
 registered one is read back (the folder may be gone by then, or the reader may run elsewhere).
 
 A config is code: `env.name` is an import path (or a plugin's name), and its factory is called with
-`env.params`. So the checks run in two stages. First every value and every relation that reads values
-only; nothing the config names is imported. Then, only if nothing was wrong and the caller asks for it
-(`code=True`: a config being loaded, never one constructed or read back), `code_problems` imports the
-environment's module and builds it once, to try its parameters. A refused config has run none of its code.
+`env.params`; `rubric` may be one too. So the checks run in two stages. First every value and every
+relation that reads values only; nothing the config names is imported. Then, only if nothing was wrong and
+the caller asks for it (`code=True`: a config being loaded, never one constructed or read back),
+`code_problems` imports the environment's module and builds it once, to try its parameters, and loads the
+rubric, to see that it is one. A refused config has run none of its code.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ BUILTIN_CHAT_POLICY = "builtin:chat"
 BUILTIN_POLICIES = (BUILTIN_POLICY, BUILTIN_CHAT_POLICY)
 RELATIONS = (
     "initial_policy",
+    "rubric",
     "env.name",
     "env.params",
     "advantages.params",
@@ -128,9 +130,25 @@ def relation_problems(cls: type, config: Mapping[str, Any], *, files: bool) -> l
 
 
 def code_problems(cls: type, config: Mapping[str, Any]) -> list[Problem]:
-    """The checks that run the config's code: import the environment's module, build the environment
-    once with `env.params` (its factory is the judge of them), and ask it what the config's features need.
-    Called only on a config whose values are all valid (`check_config`)."""
+    """The checks that run the config's code (the rubric's, then the environment's). Called only on a
+    config whose values are all valid (`check_config`)."""
+    return rubric_problems(config["rubric"]) + env_code_problems(cls, config)
+
+
+def rubric_problems(name: str) -> list[Problem]:
+    """`rubric`: import its module (a plugin's, or an import path's) and check that it is, or its factory
+    returns, a rubric. The registry is imported by name, as `registered` does (and for its reason)."""
+    registry = importlib.import_module("creditline.credit.rubric_registry")
+    try:
+        registry.load_rubric(name)
+    except registry.UnknownRubric as exc:
+        return [Problem("rubric", name, str(exc))]
+    return []
+
+
+def env_code_problems(cls: type, config: Mapping[str, Any]) -> list[Problem]:
+    """Import the environment's module, build the environment once with `env.params` (its factory is the
+    judge of them), and ask it what the config's features need."""
     env, adv = config["env"], config["advantages"]
     try:
         environment_factory(env["name"])

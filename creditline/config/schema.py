@@ -194,6 +194,18 @@ def registered(module: str, name: str) -> Callable[[], Collection[str]]:
     return lookup
 
 
+def resolver(module: str, name: str) -> Callable[[str], Any]:
+    """The function `module.name`, imported when a value is checked, for `Resolves` (as `registered`, and
+    for the same reason)."""
+
+    def resolve(value: str) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(value)
+
+    return resolve
+
+
 def one_of(names: Collection[str]) -> str:
     return "must be one of " + ", ".join(map(json.dumps, sorted(names)))
 

@@ -216,21 +216,5 @@ RUBRICS: dict[str, Rubric | RubricGroup] = {
         ),
     ),
 }
-"""Rubrics registered in code, by name. Adding one here makes its re-score partitions appear."""
-
-
-def get_rubric(name: str) -> Rubric | RubricGroup:
-    if name not in RUBRICS:
-        raise ValueError(f"unknown rubric {name!r}; registered: {sorted(RUBRICS)}")
-    return RUBRICS[name]
-
-
-def rubric_by_version(version: str) -> Rubric | RubricGroup:
-    for rubric in RUBRICS.values():
-        if rubric.version == version:
-            return rubric
-    raise ValueError(
-        f"rubric version {version} was scored before but is no longer defined in code "
-        "(creditline/credit/rubrics.py); its stored partitions stay readable "
-        f"(defined now: {', '.join(r.version for r in RUBRICS.values())})"
-    )
+"""The built-in rubrics, by name. A config may also name a plugin's rubric or one by import path
+(`creditline.credit.rubric_registry`)."""

@@ -17,8 +17,8 @@ environment (`creditline.envs.base.Environment`); a class is a factory. Rollouts
 
 Naming is not importing: `environment_target` says what a name stands for ("module:attr") from the
 entry points' metadata alone, so a config's other values can be checked before any of its code runs;
-`environment_factory` imports it. An import that fails in any way (an ImportError, any other exception,
-even `sys.exit`) is an `UnknownEnvironment` saying which module and what happened, never an exit.
+`environment_factory` imports it. An import that fails in any way is an `UnknownEnvironment` saying which
+module and what happened, never an exit (`creditline.plugins`, shared with rubrics).
 
 Two installed packages registering one name is refused (naming both), never resolved by install order.
 When creditline runs from a source tree without being installed, its entry points are missing; the
@@ -28,16 +28,13 @@ built-ins are then found in `BUILTIN_ENVIRONMENTS` directly.
 from __future__ import annotations
 
 import functools
-import importlib
-import re
 from collections.abc import Callable
-from importlib.metadata import entry_points
-from typing import Any
 
 from creditline.envs.arithmetic import ArithmeticEnv
 from creditline.envs.base import Environment
 from creditline.envs.lookup import LookupEnv
 from creditline.envs.maze import MazeEnv
+from creditline.plugins import IMPORT_PATH, entry_point_targets, load_attribute, near_name
 
 ENTRY_POINT_GROUP = "creditline.environments"
 
@@ -48,9 +45,6 @@ BUILTIN_ENVIRONMENTS: dict[str, type[Environment]] = {
 }
 """creditline's own environments (also registered as entry points in pyproject.toml)."""
 
-IMPORT_PATH = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-"""`package.module:factory` (the attribute may be dotted: `module:Class.create`)."""
-
 
 class UnknownEnvironment(ValueError):
     """`env.name` names no registered environment and no importable factory; the message says why,
@@ -59,17 +53,7 @@ class UnknownEnvironment(ValueError):
 
 def registered_environments() -> dict[str, str]:
     """{name: "module:attr"} of every registered environment, built-ins included."""
-    found: dict[str, str] = {}
-    owners: dict[str, str] = {}
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        owner = point.dist.name if point.dist is not None else "?"
-        if point.name in found and found[point.name] != point.value:
-            raise UnknownEnvironment(
-                f"environment {point.name!r} is registered twice: "
-                f"by {owners[point.name]} ({found[point.name]}) and by {owner} ({point.value}); "
-                "uninstall one, or name the one you mean by import path"
-            )
-        found[point.name], owners[point.name] = point.value, owner
+    found = entry_point_targets(ENTRY_POINT_GROUP, "environment", UnknownEnvironment)
     for name, factory in BUILTIN_ENVIRONMENTS.items():
         found.setdefault(name, f"{factory.__module__}:{factory.__qualname__}")
     return dict(sorted(found.items()))
@@ -89,7 +73,7 @@ def environment_target(name: str) -> str:
         return name
     raise UnknownEnvironment(
         f"is neither a registered environment ({', '.join(registered)}) "
-        'nor an import path "package.module:factory"'
+        f'nor an import path "package.module:factory"{near_name(name, registered)}'
     )
 
 
@@ -105,32 +89,9 @@ def environment_factory(name: str) -> Callable[..., Environment]:
 
 
 def _load(path: str, registered_as: str = "") -> Callable[..., Environment]:
-    module_name, _, attribute = path.partition(":")
-    target = _import(module_name, registered_as)
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise UnknownEnvironment(f"{path}{registered_as}: no attribute {part!r}")
-        target = getattr(target, part)
+    target = load_attribute(path, registered_as, UnknownEnvironment)
     if not callable(target):
         raise UnknownEnvironment(
             f"{path}{registered_as} is not callable: expected a factory returning an environment"
         )
     return target
-
-
-def _import(module_name: str, registered_as: str) -> Any:
-    """The module; whatever its import does instead of returning (raise, or call `sys.exit`) becomes one
-    `UnknownEnvironment` line: an environment's module is someone else's code, run inside creditline."""
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UnknownEnvironment(f"cannot import module {module_name!r}{registered_as}: {exc}") from exc
-    except SystemExit as exc:
-        raise UnknownEnvironment(
-            f"importing {module_name}{registered_as} called sys.exit({exc.code!r})"
-        ) from None
-    except Exception as exc:
-        first = (str(exc).splitlines() or [""])[0]
-        raise UnknownEnvironment(
-            f"importing {module_name}{registered_as} raised {type(exc).__name__}: {first}"
-        ) from exc

@@ -5,7 +5,8 @@ its version in code. The tables scored with the old version stay on disk and in 
 table keeps the version itself, with the definition it stood for (criteria, weights, parameters and
 source), so the re-score partitions of old versions can be listed, and read, after the code that
 defined them is gone. Rows are only ever inserted: the first sighting of a version wins, and
-recording it again is a no-op.
+recording it again is a no-op. Each row also keeps the name or import path its rubric was first loaded by
+(`source`: a plugin's may be an import path known nowhere else), so a re-score can load it again.
 
 The store does not import `creditline.credit.rubrics` at run time (only for type annotations): every module
 that imports `creditline.store` would otherwise carry the rubrics in its code version
@@ -15,7 +16,7 @@ that imports `creditline.store` would otherwise carry the rubrics in its code ve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,9 @@ class RubricVersionRecord:
     """What the version hashes: criteria (name, level, weight, params, source) or a group's members."""
     first_seen_at: datetime | None = None
     """When the store first saw the version (naive UTC)."""
+    source: str = ""
+    """The name or import path the rubric was first loaded by (`creditline.credit.rubric_registry`); empty
+    for a version recorded before the store kept it."""
 
 
 def rubric_definition(rubric: Rubric | RubricGroup) -> dict[str, Any]:
@@ -53,15 +57,20 @@ def rubric_definition(rubric: Rubric | RubricGroup) -> dict[str, Any]:
 
 
 def record_rubric_version(
-    store: LineageStore, version: str, rubric: str, definition: Mapping[str, Any]
+    store: LineageStore, version: str, rubric: str, definition: Mapping[str, Any], source: str = ""
 ) -> bool:
     """Record ``version`` unless the store already has it; True if it was new."""
-    return bool(_insert_absent(store, [RubricVersionRecord(version, rubric, dict(definition))]))
+    record = RubricVersionRecord(version, rubric, dict(definition), source=source)
+    return bool(_insert_absent(store, [record]))
 
 
-def record_rubrics(store: LineageStore, rubrics: Iterable[Rubric | RubricGroup]) -> list[str]:
-    """Record the versions of ``rubrics`` in one transaction; returns those that were new, sorted."""
-    records = [RubricVersionRecord(r.version, r.name, rubric_definition(r)) for r in rubrics]
+def record_rubrics(store: LineageStore, rubrics: Mapping[str, Rubric | RubricGroup]) -> list[str]:
+    """Record the versions of ``rubrics`` (keyed by the name or import path each was loaded by) in one
+    transaction; returns those that were new, sorted."""
+    records = [
+        RubricVersionRecord(r.version, r.name, rubric_definition(r), source=source)
+        for source, r in rubrics.items()
+    ]
     return _insert_absent(store, records)
 
 
@@ -69,11 +78,11 @@ def rubric_versions(store: LineageStore) -> list[RubricVersionRecord]:
     """Every recorded rubric version, oldest first (ties by version)."""
     rows = store.transaction(
         lambda con: con.execute(
-            "SELECT version, rubric, definition_json, first_seen_at FROM rubric_versions "
+            "SELECT version, rubric, definition_json, first_seen_at, source FROM rubric_versions "
             "ORDER BY first_seen_at, version"
         ).fetchall()
     )
-    return [RubricVersionRecord(v, r, json.loads(d), t) for v, r, d, t in rows]
+    return [RubricVersionRecord(v, r, json.loads(d), t, s or "") for v, r, d, t, s in rows]
 
 
 def _insert_absent(store: LineageStore, records: list[RubricVersionRecord]) -> list[str]:
@@ -90,9 +99,12 @@ def _insert_absent(store: LineageStore, records: list[RubricVersionRecord]) -> l
         new = sorted(set(unique) - known)
         if new:
             con.executemany(
-                "INSERT INTO rubric_versions (version, rubric, definition_json, first_seen_at) "
-                "VALUES (?, ?, ?, ?)",
-                [[v, unique[v].rubric, canonical_json(dict(unique[v].definition)), now] for v in new],
+                "INSERT INTO rubric_versions (version, rubric, definition_json, first_seen_at, source) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [
+                    [v, unique[v].rubric, canonical_json(dict(unique[v].definition)), now, unique[v].source]
+                    for v in new
+                ],
             )
         return new
 

@@ -113,7 +113,8 @@ SCHEMA_SQL = (
         version         VARCHAR PRIMARY KEY,
         rubric          VARCHAR NOT NULL,
         definition_json VARCHAR NOT NULL,
-        first_seen_at   TIMESTAMP NOT NULL
+        first_seen_at   TIMESTAMP NOT NULL,
+        source          VARCHAR DEFAULT ''
     )
     """,
 )
@@ -124,6 +125,7 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     for statement in SCHEMA_SQL:
         con.execute(statement)
     _add_declared_parents(con)
+    _add_rubric_source(con)
 
 
 def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
@@ -159,3 +161,11 @@ def _add_declared_parents(con: duckdb.DuckDBPyConnection) -> None:
         WHERE artifacts.content_hash = declared.child_hash
         """
     )
+
+
+def _add_rubric_source(con: duckdb.DuckDBPyConnection) -> None:
+    """Migration: ``rubric_versions.source``, the name or import path a version's rubric was first loaded
+    by (`creditline.store.rubric_versions`). Older rows get '' (the built-ins and registered plugins are
+    found without it)."""
+    if not _has_column(con, "rubric_versions", "source"):
+        con.execute("ALTER TABLE rubric_versions ADD COLUMN source VARCHAR DEFAULT ''")

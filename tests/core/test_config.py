@@ -22,7 +22,6 @@ from creditline.config import (
 from creditline.config.checks import ConfigError
 from creditline.config.schema import allowed_by, hints
 from creditline.credit.advantages import available
-from creditline.credit.rubrics import RUBRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -305,7 +304,16 @@ BAD_CASES = {
         '[env]\nname = "grid"',
         'env.name = "grid": is neither a registered environment (arithmetic, countdown, lookup, maze) nor an import path "package.module:factory"',
     ),
-    "rubric": ('rubric = "envv"', f'rubric = "envv": {one_of(RUBRICS)}'),
+    "rubric": (
+        'rubric = "envv"',
+        'rubric = "envv": is neither a registered rubric (countdown-solved, env, env-efficient) nor an import path '
+        '"package.module:rubric" (did you mean "env"?)',
+    ),
+    "rubric by import path that is no rubric": (
+        'rubric = "argparse:Namespace"',
+        'rubric = "argparse:Namespace": argparse:Namespace() returned a Namespace: expected a Rubric or a '
+        "RubricGroup (creditline.credit.rubrics)",
+    ),
     "estimator": ('[advantages]\nestimator = "ppo"', f'advantages.estimator = "ppo": {one_of(available())}'),
     "unknown key": (
         "[rollouts]\ngrup_size = 4",

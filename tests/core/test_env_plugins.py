@@ -43,6 +43,7 @@ def test_a_plugin_environment_runs_by_name_and_by_import_path():
     ("name", "why"),
     [
         ("grid", 'is neither a registered environment (arithmetic, countdown, lookup, maze) nor an import path "package.module:factory"'),
+        ("countdwn", 'is neither a registered environment (arithmetic, countdown, lookup, maze) nor an import path "package.module:factory" (did you mean "countdown"?)'),
         ("nopkg.envs:make", "cannot import module 'nopkg.envs': No module named 'nopkg'"),
         ("creditline_countdown:Nope", "creditline_countdown:Nope: no attribute 'Nope'"),
         ("creditline_countdown:MOVES", "creditline_countdown:MOVES is not callable: expected a factory returning an environment"),

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from creditline.config import ExperimentConfig
 from creditline.credit.round_advantages import step_advantages
-from creditline.credit.rubrics import get_rubric
+from creditline.credit.rubric_registry import get_rubric
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.policy.models import load_policy
 from creditline.rollout.episodes import run_episodes

@@ -5,13 +5,14 @@ import pytest
 
 from assets import RESCORE, round_key
 from creditline.config import from_dict
-from creditline.credit.rubrics import RUBRICS, rubric_by_version
+from creditline.credit.rubric_registry import loadable_rubrics, rubric_by_version
+from creditline.credit.rubrics import RUBRICS
 from creditline.store import LineageStore, record_rubric_version, rubric_definition, rubric_versions
 from pipelines.definitions import RESCORE_JOB, ROUND_JOB, make_definitions
 from pipelines.rubric_partitions import sync_rubric_partitions
 
 GONE = "env-0ld0ld00"  # a version scored in the past whose definition is no longer in code
-CODE = sorted(r.version for r in RUBRICS.values())
+CODE = sorted(r.version for r in loadable_rubrics().values())  # the built-ins and the plugins' (countdown's)
 TINY = {"rollouts": {"tasks_per_round": 2, "group_size": 2}, "train": {"epochs": 1, "minibatches": 1},
         "eval": {"num_tasks": 2}}  # fmt: skip
 
@@ -53,9 +54,11 @@ def test_the_sync_records_the_code_versions_with_their_definitions(store, instan
     sync_rubric_partitions(instance, store)
     recorded = {r.version: r for r in rubric_versions(store)}
     assert sorted(recorded) == CODE
-    for rubric in RUBRICS.values():
+    for name, rubric in loadable_rubrics().items():
         assert recorded[rubric.version].rubric == rubric.name
+        assert recorded[rubric.version].source == name
         assert recorded[rubric.version].definition == rubric_definition(rubric)
+    for rubric in RUBRICS.values():
         assert "def env_reward" in recorded[rubric.version].definition["criteria"][0]["source"]
 
 
@@ -68,7 +71,8 @@ def test_recording_a_version_again_keeps_its_first_sighting(store):
 
 def test_a_version_no_longer_in_code_is_one_clear_error():
     with pytest.raises(ValueError, match=f"rubric version {GONE} was scored before but is no longer defined in code "
-                                         r"\(creditline/credit/rubrics.py\); its stored partitions stay readable"):  # fmt: skip
+                                         r"\(creditline/credit/rubrics.py, a registered plugin, or the import path "
+                                         r"it was recorded with\); its stored partitions stay readable"):  # fmt: skip
         rubric_by_version(GONE)
 
 

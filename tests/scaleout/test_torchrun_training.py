@@ -17,7 +17,7 @@ from assets import ROUND_ASSETS, round_key
 from assets.train_worker import torchrun_command
 from creditline.config import ExperimentConfig, from_dict
 from creditline.credit.round_advantages import step_advantages
-from creditline.credit.rubrics import get_rubric
+from creditline.credit.rubric_registry import get_rubric
 from creditline.engines import SamplingParams, TorchEngine
 from creditline.policy.models import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
 from creditline.rollout.episodes import run_episodes

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from creditline.store import ArtifactRecord, LineageStore, Problem
+from creditline.store import ArtifactRecord, LineageStore, Problem, record_rubric_version, rubric_versions
 
 Recorded = dict[tuple[int, str], ArtifactRecord]
 Sql = Callable[..., list]
@@ -159,3 +159,15 @@ def test_an_older_catalog_gets_declared_parents_from_its_edges_once(sql: Sql, tm
     sql(store, "DELETE FROM lineage WHERE child_hash = 'st'")
     again = LineageStore(path)  # a new process: the migration must not re-derive parents from the edges
     assert [k for k in _kinds(again.verify("exp")) if k != "consumed"] == ["edge_missing"] + ["missing"] * 3
+
+
+def test_an_older_catalog_s_rubric_versions_get_an_empty_source(sql: Sql, tmp_path: Path) -> None:
+    store = LineageStore(tmp_path / "old.duckdb")
+    sql(store, """
+        CREATE TABLE rubric_versions (version VARCHAR PRIMARY KEY, rubric VARCHAR NOT NULL,
+                                      definition_json VARCHAR NOT NULL, first_seen_at TIMESTAMP NOT NULL);
+        INSERT INTO rubric_versions VALUES ('env-0ld0ld00', 'env', '{}', now());
+    """)  # fmt: skip
+    assert [(r.version, r.source) for r in rubric_versions(store)] == [("env-0ld0ld00", "")]
+    assert record_rubric_version(store, "mine-12345678", "mine", {}, source="mypkg.rubrics:mine")
+    assert [r.source for r in rubric_versions(store)] == ["", "mypkg.rubrics:mine"]

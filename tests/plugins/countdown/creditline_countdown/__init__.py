@@ -1,7 +1,8 @@
 """`countdown`: walk a counter to a target number with the words `more` and `less`.
 
 Written against creditline's documented environment protocol only (`creditline.envs.base`): this
-package imports nothing from creditline, as a user's package need not.
+module imports nothing from creditline, as a user's environment need not. The package's rubric
+(`creditline_countdown.rubrics`, the `countdown-solved` entry point) is made of creditline's data types.
 
 The task id fixes the start and the target (0..`top`); each step moves the counter by one; reaching the
 target ends the episode with reward 1; anything but `more`/`less` is invalid (penalty 0.1, no move). The
