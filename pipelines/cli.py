@@ -2,7 +2,7 @@
 
     creditline run [--experiment NAME] [--rounds N] [--config FILE]
     creditline report [--experiment NAME] [--json]
-    creditline lineage [--experiment NAME] [--round R] [--json]
+    creditline lineage [--experiment NAME] [--round R] [--wide | --json]
     creditline verify [--experiment NAME] [--json]
     creditline register [--experiment NAME] [--config FILE]
     creditline rescore [--experiment NAME] --rubric NAME|VERSION [--rounds A..B]
@@ -378,7 +378,7 @@ def cmd_lineage(args) -> int:
             file=sys.stderr,
         )
         return 1
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.as_text())
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.as_text(wide=args.wide))
     return 0 if report.all_match else 1
 
 
@@ -860,6 +860,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
         if name == "lineage":
             p.add_argument("--round", type=int, default=None, help="default: the newest round")
+            p.add_argument("--wide", action="store_true", help="every detail: parents' hashes, runs, paths")
     adv = add("advantages", cmd_advantages, "compute advantages for a steps Parquet file")
     adv.add_argument("--estimator", required=True)
     adv.add_argument("--param", action="append", default=[], help="key=value (JSON values), repeatable")
