@@ -61,7 +61,8 @@ def test_paths_under_the_root_are_recorded_relative_and_read_back_absolute(
         "checkpointinitial": str(outside),
         "steps": "exp/r001/steps.parquet",
     }
-    assert store.artifact("exp", 1, "steps").path == str(root / "exp" / "r001" / "steps.parquet")  # type: ignore[union-attr]
+    steps = store.artifact("exp", 1, "steps")
+    assert steps is not None and steps.path == str(root / "exp" / "r001" / "steps.parquet")
     assert store.verify("exp") == []
 
 
@@ -107,7 +108,8 @@ def test_an_older_catalog_with_absolute_paths_is_migrated_once_after_a_move(
     # once done, it never runs again: a later absolute path laid out like a round's stays as recorded
     odd = tmp_path / "other" / "exp" / "r002" / "steps.parquet"
     sql(store, "UPDATE artifacts SET path = ? WHERE kind = 'steps'", [str(odd)])
-    assert open_root(moved).artifact("exp", 1, "steps").path == str(odd)  # type: ignore[union-attr]
+    steps = open_root(moved).artifact("exp", 1, "steps")
+    assert steps is not None and steps.path == str(odd)
 
 
 def test_path_rules() -> None:
