@@ -2,8 +2,8 @@
 
     creditline run [--experiment NAME] [--rounds N] [--config FILE]
     creditline report [--experiment NAME] [--json]
-    creditline lineage [--experiment NAME] [--round R] [--json]
-    creditline verify [--experiment NAME] [--json]
+    creditline lineage [--experiment NAME] [--round R] [--wide | --json]
+    creditline verify [--experiment NAME] [--json]        (default: every experiment)
     creditline register [--experiment NAME] [--config FILE]
     creditline rescore [--experiment NAME] --rubric NAME|PATH|VERSION [--rounds A..B]
     creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet]
@@ -16,7 +16,8 @@ Every command takes `--data-root` (default `$CREDITLINE_DATA_ROOT`, else `./cred
 `--debug` (tracebacks instead of one-line errors). Expected errors (a `creditline.errors.CreditlineError`: a
 bad config, argument or input file, a failed blocking check) print `error: ...` lines and exit 2; a failed
 round exits 1.
-`--experiment` defaults to the default experiment's name, `--round` to the newest round.
+`--experiment` defaults to the default experiment's name (`verify`: every experiment), `--round` to the newest
+round.
 
 Each command imports what it uses, when it runs: `--help`, `report` and `lineage` read the DuckDB catalog
 and never import torch, transformers, Dagster, MLflow or vLLM (`tests/test_import_graph.py`; `make
@@ -89,12 +90,15 @@ def _store(data_root: str) -> LineageStore:
     )
 
 
-def _known_experiment(store: LineageStore, name: str) -> None:
+def _known_catalog(store: LineageStore, what: str) -> None:
     if not is_postgres(store.path) and not Path(store.path).exists():
         raise UsageError(
-            f"--experiment {name!r}: no lineage store at {store.path}; "
-            f"wrong --data-root (or ${DATA_ROOT_ENV})?"
+            f"{what}: no lineage store at {store.path}; wrong --data-root (or ${DATA_ROOT_ENV})?"
         )
+
+
+def _known_experiment(store: LineageStore, name: str) -> None:
+    _known_catalog(store, f"--experiment {name!r}")
     if store.experiment_config(name) is None:
         known = store.experiments()
         raise UsageError(
@@ -466,7 +470,7 @@ def cmd_lineage(args) -> int:
             file=sys.stderr,
         )
         return 1
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.as_text())
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.as_text(wide=args.wide))
     return 0 if report.all_match else 1
 
 
@@ -476,7 +480,6 @@ def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> 
     from creditline.store.rounds import EXPERIMENT_RUN_ROUND, round_commits, tracking_runs
     from resources import deployed_resources
 
-    tracker = deployed_resources(data_root)["tracker"]
     runs = tracking_runs(store, experiment)
     problems = []
     for round_ in round_commits(store, experiment):
@@ -490,6 +493,9 @@ def _tracking_problems(data_root: str, store: LineageStore, experiment: str) -> 
                     f"{experiment}/{round_}: committed without an MLflow run",
                 )
             )
+    tracker = (
+        deployed_resources(data_root)["tracker"] if runs else None
+    )  # MLflow is imported only when there is a run to ask
     for round_, run_id in runs.items():
         try:
             status = tracker.status(run_id)
@@ -540,22 +546,33 @@ def _leftover_problems(data_root: str, store: LineageStore) -> list:
 
 def cmd_verify(args) -> int:
     from creditline.store import orphan_problems
+    from creditline.store.checked import checked
     from creditline.store.rounds import round_problems
 
     store = _store(args.data_root)
-    _known_experiment(store, args.experiment)
-    problems = store.verify(args.experiment) + orphan_problems(args.data_root)
-    problems += round_problems(store, args.experiment)
-    problems += _tracking_problems(args.data_root, store, args.experiment)
-    problems += _leftover_problems(args.data_root, store)
+    if args.experiment is not None:
+        _known_experiment(store, args.experiment)
+    else:
+        _known_catalog(store, "verify")
+    experiments = [args.experiment] if args.experiment is not None else store.experiments()
+    problems, summary = [], []
+    for experiment in experiments:
+        problems += store.verify(experiment) + round_problems(store, experiment)
+        problems += _tracking_problems(args.data_root, store, experiment)
+        summary.append(checked(store, experiment).line())
+    problems += orphan_problems(args.data_root) + _leftover_problems(args.data_root, store)
+    summary.append(f"checked data root {args.data_root}: temp files of dead writers, runs, slots and leases")
     if args.json:
         print(json.dumps([vars(p) for p in problems], indent=2))
     for p in problems if not args.json else []:
         print(f"{p.kind:>12}  {p.detail}")
-    print(
-        f"{len(problems)} problem(s) in experiment {args.experiment!r}",
-        file=sys.stderr if args.json else sys.stdout,
+    scope = (
+        f"experiment {args.experiment!r}"
+        if args.experiment is not None
+        else f"{len(experiments)} experiment(s)" + (f" ({', '.join(experiments)})" if experiments else "")
     )
+    for line in [*summary, f"{len(problems)} problem(s) in {scope}"]:
+        print(line, file=sys.stderr if args.json else sys.stdout)
     return 1 if problems else 0
 
 
@@ -961,10 +978,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("verify", cmd_verify, "re-hash every artifact, check edges, rounds and tracking"),
     ]:
         p = add(name, func, help_)
-        p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=EXPERIMENT_HELP)
+        if name == "verify":
+            p.add_argument("--experiment", default=None, help="default: every registered experiment")
+        else:
+            p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=EXPERIMENT_HELP)
         p.add_argument("--json", action="store_true", help="JSON instead of a table")
         if name == "lineage":
             p.add_argument("--round", type=int, default=None, help="default: the newest round")
+            p.add_argument("--wide", action="store_true", help="every detail: parents' hashes, runs, paths")
     adv = add("advantages", cmd_advantages, "compute advantages for a steps Parquet file")
     adv.add_argument("--estimator", required=True, help="an estimator's name (docs/advantages.md)")
     adv.add_argument("--param", action="append", default=[], help="key=value (JSON values), repeatable")

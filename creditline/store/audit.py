@@ -15,11 +15,19 @@ chain round whose kind the chain passes through, but whose hash the chain does n
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import cast
 
-from creditline.store import ArtifactRecord, LineageNode, LineageStore, Problem, check_on_disk
+from creditline.store import (
+    INITIAL_POLICY_VARIANT,
+    ArtifactRecord,
+    LineageNode,
+    LineageStore,
+    Problem,
+    check_on_disk,
+)
 from creditline.store.lineage import UNVERIFIABLE, consumer_problems
 from creditline.store.records import ProblemKind
 from creditline.store.rounds import tracking_runs
@@ -69,6 +77,9 @@ class AuditEntry:
     mlflow_run_id: str | None
     experiment: str
     """The artifact row's experiment: the audited one, unless only another experiment records the hash."""
+    parents: tuple[tuple[str, str], ...] = ()
+    """(parent_hash, relation) pairs the artifact was recorded with: how this one was derived (empty when
+    unrecorded)."""
 
     @property
     def matches(self) -> bool:
@@ -123,27 +134,99 @@ class LineageReport:
             "artifacts": [asdict(e) for e in self.entries],
         }
 
-    def as_text(self) -> str:
-        lines = [f"lineage of {self.experiment} round {self.round} checkpoint {self.checkpoint_hash[:12]}"]
-        current = None
-        for e in self.entries:
-            if e.round != current:
-                current = e.round
-                lines.append(f"round {e.round}" + ("  (initial policy)" if e.round == 0 else ""))
-            detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
-            detail += f" experiment={e.experiment}" if e.experiment != self.experiment else ""
-            runs = f" dagster={e.dagster_run_id[:8]}" if e.dagster_run_id else ""
-            runs += f" mlflow={e.mlflow_run_id[:8]}" if e.mlflow_run_id else ""
-            lines.append(
-                f"  {e.name:<20} {e.content_hash[:12]}  {e.on_disk:<9} {e.relation:<16} {detail}{runs}"
-            )
-            lines.append(f"  {'':<20} {e.path or '(no artifact row carries this hash)'}")
+    def as_text(self, wide: bool = False) -> str:
+        """One line per artifact, at most `WIDTH` columns; `wide`: every detail, a few lines each."""
+        names = _names(self.entries)
+        if wide:
+            lines = [
+                f"lineage of {self.experiment} round {self.round} checkpoint {self.checkpoint_hash[:12]}"
+            ]
+            current = None
+            for e in self.entries:
+                if e.round != current:
+                    current = e.round
+                    lines.append(f"round {e.round}" + ("  (initial policy)" if e.round == 0 else ""))
+                lines += _wide_lines(e, names, self.experiment)
+        else:
+            lines = [
+                f"lineage of {self.experiment} round {self.round} checkpoint {self.checkpoint_hash[:12]}: "
+                f"{len(self.entries)} artifacts"
+            ]
+            lines += _compact_lines(self.entries, names)
         if self.all_match:
             lines.append("all files match their recorded hashes")
         else:
             lines.append(f"LINEAGE DOES NOT MATCH ({len(self.mismatches)}):")
-            lines += [f"  {m}" for m in self.mismatches]
+            for mismatch in self.mismatches:
+                lines += [f"  {mismatch}"] if wide else _wrapped(mismatch)
         return "\n".join(lines)
+
+
+WIDTH = 100
+"""The compact view's widest line."""
+
+
+def _names(entries: list[AuditEntry]) -> dict[str, tuple[int, str]]:
+    """{content hash: (round, kind)} of the listed artifacts, to name a parent by what it is."""
+    return {e.content_hash: (e.round, e.kind) for e in reversed(entries) if e.kind != UNRECORDED}
+
+
+def derivation(entry: AuditEntry, names: dict[str, tuple[int, str]], hashes: bool = False) -> str:
+    """How `entry` was derived, said beside it: its parents grouped by relation ("initialized_from r1
+    checkpoint; trained_on advantages, steps"), a parent of another round named with its round, one that is
+    not listed by its hash; `hashes`: every parent's hash too."""
+    if entry.kind == UNRECORDED:
+        return f"no artifact row carries this hash ({entry.relation} of {entry.detail.get('reached_from')})"
+    by_relation: dict[str, list[str]] = {}
+    for parent, relation in entry.parents:
+        round_, kind = names.get(parent, (entry.round, ""))
+        name = (kind if round_ == entry.round else f"r{round_} {kind}") if kind else parent[:12]
+        by_relation.setdefault(relation, []).append(f"{name} {parent[:12]}" if hashes and kind else name)
+    text = "; ".join(f"{rel} {', '.join(sorted(parents))}" for rel, parents in sorted(by_relation.items()))
+    if not entry.parents:
+        text = "(initial policy)" if entry.variant == INITIAL_POLICY_VARIANT else "(no parents)"
+    elif entry.variant and entry.variant != INITIAL_POLICY_VARIANT:
+        text = f"[{entry.variant}] {text}"
+    if entry.relation == NOT_IN_CHAIN:
+        return f"NOT IN CHAIN: {text}"
+    return f"{RESCORED}: {text}" if entry.relation == RESCORED else text
+
+
+def _compact_lines(entries: list[AuditEntry], names: dict[str, tuple[int, str]]) -> list[str]:
+    rows = [
+        (f"r{e.round}", e.kind, e.content_hash[:12], e.on_disk.upper() if e.on_disk != "ok" else "ok")
+        for e in entries
+    ]
+    widths = [
+        max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(("rnd", "kind", "hash", "disk"))
+    ]
+
+    def line(cells: tuple[str, ...], last: str) -> str:
+        text = "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + "  " + last
+        return text if len(text) <= WIDTH else text[: WIDTH - 1] + "…"
+
+    header = line(("rnd", "kind", "hash", "disk"), "derived from")
+    return [header] + [line(row, derivation(e, names)) for row, e in zip(rows, entries, strict=True)]
+
+
+def _wide_lines(e: AuditEntry, names: dict[str, tuple[int, str]], experiment: str) -> list[str]:
+    detail = " ".join(f"{k}={v}" for k, v in e.detail.items() if k != "reached_from")
+    detail += f" experiment={e.experiment}" if e.experiment != experiment else ""
+    runs = f" dagster={e.dagster_run_id[:8]}" if e.dagster_run_id else ""
+    runs += f" mlflow={e.mlflow_run_id[:8]}" if e.mlflow_run_id else ""
+    role = f"  ({e.relation})" if e.relation in ("audited", RESCORED, NOT_IN_CHAIN) else ""
+    return [
+        f"  {e.name:<20} {e.content_hash[:12]}  {e.on_disk}{role}",
+        f"      from: {derivation(e, names, hashes=True)}",
+        *([f"      {(detail + runs).strip()}"] if (detail + runs).strip() else []),
+        f"      {e.path or '(no artifact row carries this hash)'}",
+    ]
+
+
+def _wrapped(mismatch: str) -> list[str]:
+    return textwrap.wrap(
+        mismatch, WIDTH, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+    )
 
 
 def _detail(kind: str, meta: dict) -> dict:
@@ -192,6 +275,7 @@ def lineage_report(store: LineageStore, experiment: str, round_: int | None = No
             mlflow_run_id=by_round.get(artifact.round)
             or by_run.get((artifact.dagster_run_id, artifact.round)),
             experiment=artifact.experiment,
+            parents=artifact.parents,
         )
 
     chain = store.lineage_chain(record.content_hash)

@@ -32,14 +32,17 @@ def catalog_target(data_root: str, catalog: str = "") -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def store_at(path: str, storage: tuple[str, str, str] | None = None) -> LineageStore:
+def store_at(
+    path: str, storage: tuple[str, str, str] | None = None, data_root: str | None = None
+) -> LineageStore:
     """One store object per catalog and process: its schema is created once, not per call. `storage` is
-    (object storage URI, data root, the filesystem's options as JSON), or None.
+    (object storage URI, data root, the filesystem's options as JSON), or None; `data_root` is where the
+    recorded paths are relative to (None: the DuckDB catalog's folder; on Postgres, none).
 
     Nothing is created until the first query (so a read-only command on a mistyped root creates nothing).
     """
     objects = None if storage is None else ObjectStore(storage[0], storage[1], json.loads(storage[2]))
-    return LineageStore(path, objects=objects)
+    return LineageStore(path, objects=objects, data_root=data_root)
 
 
 def open_store(
@@ -47,4 +50,4 @@ def open_store(
 ) -> LineageStore:
     """The store of `data_root` under a deployment's `catalog` and `storage_uri` (empty: the defaults)."""
     storage = (storage_uri, str(Path(data_root)), storage_options_json) if storage_uri else None
-    return store_at(catalog_target(data_root, catalog), storage)
+    return store_at(catalog_target(data_root, catalog), storage, str(Path(data_root)))

@@ -56,6 +56,7 @@ from creditline.store.records import (
     ProblemKind,
     RunRecord,
 )
+from creditline.store.root_paths import resolved_path, stored_path
 from creditline.store.schema import create_schema
 
 T = TypeVar("T")
@@ -83,14 +84,14 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _artifact_from_row(row: Sequence[Any]) -> ArtifactRecord:
+def _artifact_from_row(row: Sequence[Any], data_root: str | None) -> ArtifactRecord:
     experiment, round_, kind, variant, path, content_hash, rows, meta_json, created_at, run_id, parents = row
     return ArtifactRecord(
         experiment=experiment,
         round=round_,
         kind=kind,
         variant=variant,
-        path=path,
+        path=resolved_path(path, data_root),
         content_hash=content_hash,
         rows=rows,
         meta=json.loads(meta_json),
@@ -149,12 +150,18 @@ class LineageStore:
         path: str | os.PathLike[str],
         retry: RetryPolicy | None = None,
         objects: ObjectStore | None = None,
+        data_root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.path = str(path)
         self.retry = retry or RetryPolicy()
         self.objects = objects
         """Where every recorded artifact is published before its record (`creditline.store.objects`); None:
         nowhere."""
+        if data_root is None and not is_postgres(self.path):
+            data_root = Path(self.path).absolute().parent  # the catalog is `<data_root>/lineage.duckdb`
+        self.data_root = None if data_root is None else os.path.abspath(data_root)
+        """Artifact paths under it are recorded relative to it and read back resolved against it
+        (`creditline.store.root_paths`); None (a Postgres catalog opened without one): paths as given."""
         self._schema_ready = False
         self._session = threading.local()  # .con: the connection a `session` block holds on this thread
 
@@ -167,7 +174,7 @@ class LineageStore:
 
         def with_schema(con: duckdb.DuckDBPyConnection) -> T:
             if needs_schema:
-                create_schema(con)
+                create_schema(con, self.data_root)
             return work(con)
 
         if needs_schema and not is_postgres(self.path):
@@ -280,7 +287,7 @@ class LineageStore:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     *key,
-                    stored.path,
+                    stored_path(stored.path, self.data_root),
                     stored.content_hash,
                     stored.rows,
                     canonical_json(stored.meta),
@@ -364,7 +371,7 @@ class LineageStore:
             f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE {_KEY_MATCH}",
             [experiment, round, kind, variant],
         )
-        return None if row is None else _artifact_from_row(row)
+        return None if row is None else _artifact_from_row(row, self.data_root)
 
     def artifacts(
         self, experiment: str, round: int | None = None, kind: str | None = None
@@ -380,7 +387,7 @@ class LineageStore:
             sql += " AND kind = ?"
             params.append(kind)
         rows = self.fetchall(sql + " ORDER BY round, kind, variant", params)
-        return [_artifact_from_row(r) for r in rows]
+        return [_artifact_from_row(r, self.data_root) for r in rows]
 
     def artifact_by_hash(self, content_hash: str) -> list[ArtifactRecord]:
         """Every artifact row carrying ``content_hash`` (usually one; identical outputs share a hash)."""
@@ -389,7 +396,7 @@ class LineageStore:
             "ORDER BY experiment, round, kind, variant",
             [content_hash],
         )
-        return [_artifact_from_row(r) for r in rows]
+        return [_artifact_from_row(r, self.data_root) for r in rows]
 
     def rounds(self, experiment: str) -> list[int]:
         """Rounds of ``experiment`` that have at least one artifact, ascending."""
@@ -504,7 +511,7 @@ class LineageStore:
 
         edges, rows = self.transaction(work)
         by_hash: dict[str, list[ArtifactRecord]] = {}
-        for record in map(_artifact_from_row, rows):
+        for record in (_artifact_from_row(r, self.data_root) for r in rows):
             by_hash.setdefault(record.content_hash, []).append(record)
         children: dict[str, list[tuple[str, str]]] = {}
         for child, parent, relation in edges:
@@ -553,14 +560,15 @@ class LineageStore:
             }
         )
         for kind, rows in found.items():
-            for path, exp, round_, art_kind, variant, child, parent, relation in rows:
+            for stored, exp, round_, art_kind, variant, child, parent, relation in rows:
+                path = "" if stored is None else resolved_path(stored, self.data_root)
                 where = _describe(exp, round_, art_kind, variant) if exp is not None else None
                 detail = _EDGE_DETAILS[kind].format(
                     where=where, child=child[:12], parent=parent[:12], relation=relation
                 )
                 if kind == "orphan_edge":
                     detail += f"; its parent is {where}" if where else "; its parent is unrecorded too"
-                    problems.append(Problem("orphan_edge", path or "", child, None, detail))
+                    problems.append(Problem("orphan_edge", path, child, None, detail))
                 else:
                     problems.append(Problem(kind, path, parent, None, detail))
         return problems

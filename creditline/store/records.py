@@ -65,7 +65,8 @@ class ArtifactRecord:
     kind: str
     """What the artifact is: "episodes", "steps", "scores", "advantages", "checkpoint", "evaluation", ..."""
     path: str
-    """Where it lives, stored as given (an absolute path or a URI)."""
+    """Where it lives: an absolute path or a URI. The catalog keeps a path under the data root relative to it
+    and hands it back resolved against the data root it was opened with (`creditline.store.root_paths`)."""
     content_hash: str
     """sha256 hex of the file, or ``files.hash_directory`` of a folder: the artifact's identity in lineage."""
     variant: str = ""

@@ -9,7 +9,11 @@ Timestamps are naive UTC.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import duckdb
+
+from creditline.store.root_paths import relative_path_updates
 
 SCHEMA_SQL = (
     """
@@ -34,6 +38,12 @@ SCHEMA_SQL = (
         dagster_run_id VARCHAR,
         parents_json   VARCHAR NOT NULL DEFAULT '[]',
         PRIMARY KEY (experiment, round, kind, variant)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS schema_migrations (
+        name       VARCHAR PRIMARY KEY,
+        applied_at TIMESTAMP NOT NULL
     )
     """,
     """
@@ -120,12 +130,18 @@ SCHEMA_SQL = (
 )
 
 
-def create_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create any missing table and migrate older catalogs; safe on every start and from several processes."""
+def create_schema(con: duckdb.DuckDBPyConnection, data_root: str | None = None) -> None:
+    """Create any missing table and migrate older catalogs; safe on every start and from several processes.
+
+    `data_root`: where the catalog's relative paths lie (`root_paths`); None leaves the paths migration for
+    a store that knows it.
+    """
     for statement in SCHEMA_SQL:
         con.execute(statement)
     _add_declared_parents(con)
     _add_rubric_source(con)
+    if data_root is not None:
+        _relative_paths(con, data_root)
 
 
 def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
@@ -169,3 +185,30 @@ def _add_rubric_source(con: duckdb.DuckDBPyConnection) -> None:
     found without it)."""
     if not _has_column(con, "rubric_versions", "source"):
         con.execute("ALTER TABLE rubric_versions ADD COLUMN source VARCHAR DEFAULT ''")
+
+
+RELATIVE_PATHS = "relative_paths"
+
+
+def _relative_paths(con: duckdb.DuckDBPyConnection, data_root: str) -> None:
+    """Migration, once per catalog: the absolute paths of older catalogs made relative to the data root
+    (`root_paths.relative_path_updates`), so that a data root moved before this version verifies clean.
+
+    Its row in ``schema_migrations`` keeps it from running again (a path recorded later outside the data root
+    stays as recorded). Two processes migrating at once write the same rows; on Postgres one of them fails on
+    the marker's key, and its retry finds the migration done.
+    """
+    done = con.execute("SELECT count(*) FROM schema_migrations WHERE name = ?", [RELATIVE_PATHS]).fetchone()
+    if done is not None and done[0] > 0:
+        return
+    rows = con.execute(
+        "SELECT experiment, round, kind, variant, path FROM artifacts WHERE path LIKE '/%'"
+    ).fetchall()
+    updates = relative_path_updates(rows, data_root)
+    if updates:
+        con.executemany(
+            "UPDATE artifacts SET path = ? WHERE experiment = ? AND round = ? AND kind = ? AND variant = ?",
+            updates,
+        )
+    now = datetime.now(UTC).replace(tzinfo=None)
+    con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [RELATIVE_PATHS, now])

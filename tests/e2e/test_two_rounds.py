@@ -3,9 +3,11 @@
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import pytest
 
 from creditline.round import training_rows
@@ -147,6 +149,10 @@ def test_lineage_shows_the_chain_back_to_the_initial_policy(finished):
     )
     text = creditline(data_root, "lineage", "--experiment", EXPERIMENT).stdout
     assert "(initial policy)" in text and "all files match" in text
+    assert max(map(len, text.splitlines())) <= 100
+    assert len(text.splitlines()) == 2 + len(report["artifacts"]) + 1  # one line per artifact
+    wide = creditline(data_root, "lineage", "--experiment", EXPERIMENT, "--wide").stdout
+    assert all(a["path"] in wide for a in report["artifacts"]) and "  from: " in wide
 
 
 def test_running_again_adds_nothing_and_a_changed_config_is_refused(finished, tmp_path):
@@ -182,6 +188,23 @@ def test_verify_names_a_corrupted_artifact_and_fails(finished, tmp_path):
     assert creditline(data_root, "verify", "--experiment", EXPERIMENT).returncode == 0
 
 
+def test_a_copied_data_root_verifies_clean_and_audits_its_own_files(finished, tmp_path):
+    data_root, _ = finished
+    with duckdb.connect(str(data_root / "lineage.duckdb"), read_only=True) as con:
+        absolute = con.execute("SELECT count(*) FROM artifacts WHERE path LIKE '/%'").fetchone()
+    assert absolute == (0,)  # every artifact is under the data root: recorded relative to it
+    copy = (tmp_path / "copy").resolve()
+    shutil.copytree(data_root, copy, symlinks=True)
+    verify = creditline(copy, "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert f"checked {EXPERIMENT!r}: " in verify.stdout and "2 of 2 rounds committed" in verify.stdout
+    assert verify.stdout.splitlines()[-1] == f"0 problem(s) in 1 experiment(s) ({EXPERIMENT})"
+    lineage = creditline(copy, "lineage", "--experiment", EXPERIMENT, "--json")
+    report = json.loads(lineage.stdout)
+    assert lineage.returncode == 0 and report["all_match"]
+    assert all(a["path"].startswith(f"{copy}/") for a in report["artifacts"])
+
+
 def test_advantages_command_on_a_finished_rounds_files(finished, tmp_path):
     import numpy as np
     import pandas as pd
@@ -214,8 +237,6 @@ def test_advantages_command_on_a_finished_rounds_files(finished, tmp_path):
 
 
 def test_rescore_twice_gives_identical_hashes_and_no_duplicate_rows(finished):
-    import duckdb
-
     data_root, _ = finished
     first = creditline(
         data_root,

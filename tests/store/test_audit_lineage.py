@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from creditline.store import ArtifactRecord, LineageStore
-from creditline.store.audit import NO_RECORD, NOT_IN_CHAIN, UNRECORDED, AuditEntry, lineage_report
+from creditline.store.audit import (
+    NO_RECORD,
+    NOT_IN_CHAIN,
+    UNRECORDED,
+    WIDTH,
+    AuditEntry,
+    lineage_report,
+)
 
 Recorded = dict[tuple[int, str], ArtifactRecord]
 Sql = Callable[..., list]
@@ -104,3 +112,60 @@ def test_a_changed_file_is_changed(store: LineageStore, recorded: Recorded) -> N
     assert (bad.kind, bad.on_disk, bad.round) == ("steps", "changed", 1)
     assert report.mismatches[0] == f"round 1 steps {bad.content_hash[:12]}: file changed ({bad.path})"
     assert all(m.startswith("consumed: exp/") for m in report.mismatches[1:])  # what was made from it
+
+
+def _artifact_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if re.match(r"  r\d", line)]
+
+
+def test_the_compact_view_is_one_narrow_line_per_artifact_with_its_derivation_beside_it(
+    store: LineageStore, recorded: Recorded
+) -> None:
+    report = lineage_report(store, "exp")
+    assert report is not None
+    text = report.as_text()
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= WIDTH
+    assert len(lines) == 2 + len(report.entries) + 1  # title, column names, the artifacts, the verdict
+    rows = _artifact_lines(text)
+    assert [line.split()[:3] for line in rows] == [
+        [f"r{e.round}", e.kind, e.content_hash[:12]] for e in report.entries
+    ]
+    by_node = {(line.split()[0], line.split()[1]): line for line in rows}
+    # each node says how it was derived from its parents: the relation sits beside the derived node
+    assert by_node["r2", "checkpoint"].endswith(
+        "ok    initialized_from r1 checkpoint; trained_on advantages, steps"
+    )
+    assert by_node["r2", "advantages"].endswith("computed_from scores, steps")
+    assert by_node["r1", "scores"].endswith("scored_from episodes, steps")
+    assert by_node["r1", "steps"].endswith("generated_from r0 checkpoint")
+    assert by_node["r0", "checkpoint"].endswith("(initial policy)")
+    assert lines[-1] == "all files match their recorded hashes"
+
+
+def test_the_compact_view_of_a_changed_file_stays_narrow(store: LineageStore, recorded: Recorded) -> None:
+    Path(recorded[1, "steps"].path).write_bytes(b"tampered")
+    report = lineage_report(store, "exp")
+    assert report is not None
+    text = report.as_text()
+    assert max(map(len, text.splitlines())) <= WIDTH
+    assert [line for line in _artifact_lines(text) if " CHANGED " in line] == [
+        line for line in _artifact_lines(text) if line.split()[:2] == ["r1", "steps"]
+    ]
+    assert f"LINEAGE DOES NOT MATCH ({len(report.mismatches)}):" in text
+    assert recorded[1, "steps"].path in text.replace("\n    ", "")  # a wrapped mismatch line keeps its path
+
+
+def test_the_wide_view_names_each_parent_by_hash_beside_the_node_derived_from_it(
+    store: LineageStore, recorded: Recorded
+) -> None:
+    report = lineage_report(store, "exp")
+    assert report is not None
+    lines = report.as_text(wide=True).splitlines()
+    advantages = recorded[2, "advantages"]
+    at = lines.index(f"  advantages           {advantages.content_hash[:12]}  ok")
+    scores, steps = recorded[2, "scores"].content_hash[:12], recorded[2, "steps"].content_hash[:12]
+    assert lines[at + 1] == f"      from: computed_from scores {scores}, steps {steps}"
+    assert f"      {advantages.path}" in lines[at + 2 : at + 4]  # after its estimator and runs, if any
+    assert "round 0  (initial policy)" in lines and lines[-1] == "all files match their recorded hashes"
+    assert report.as_dict()["artifacts"][1]["parents"]  # the JSON lists each artifact's parents too
