@@ -37,7 +37,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, with_config
 
-from creditline.config.checks import BUILTIN_POLICY, check_config
+from creditline.config.checks import check_config
 from creditline.config.schema import (
     TABLE,
     ConfigError,
@@ -66,6 +66,7 @@ from creditline.config.stage_settings import (
 )
 from creditline.engines.base import SamplingParams
 from creditline.envs import Environment, environment_target, make_env
+from creditline.policy import BUILTIN_POLICY
 
 EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 NAME_WORDS = "1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit"

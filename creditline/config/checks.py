@@ -50,13 +50,11 @@ from creditline.config.schema import (  # noqa: F401 (ConfigError: callers impor
 )
 from creditline.config.stage_settings import CHAT_FORMATS
 from creditline.envs import UnknownEnvironment, environment_factory, make_env
+from creditline.policy import BUILTIN_CHAT_POLICY, BUILTIN_POLICIES, BUILTIN_POLICY
 
 SELECT_KEYS = ("include", "exclude", "skip")
 """The keys of verifiers' v1 `SelectConfig` a config may set (`[verifiers] select`); creditline sets
 `shuffle`, `seed` and `limit`."""
-BUILTIN_POLICY = "builtin:tiny"
-BUILTIN_CHAT_POLICY = "builtin:chat"
-BUILTIN_POLICIES = (BUILTIN_POLICY, BUILTIN_CHAT_POLICY)
 RELATIONS = (
     "initial_policy",
     "rubric",

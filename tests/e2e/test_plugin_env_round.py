@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from creditline.store import LineageStore, read_parquet
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("creditline_countdown", reason="the test plugin is installed by `make test`")
@@ -53,7 +53,7 @@ def finished(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rubric_module(tmp_path_factory):
     """A rubric no package registers, importable as `my_countdown_rubric:RUBRIC` (this process runs the CLI
-    and its Dagster runs: `e2e.cli`)."""
+    and its Dagster runs: `tests.e2e.cli`)."""
     folder = tmp_path_factory.mktemp("rubric")
     (folder / "my_countdown_rubric.py").write_text(
         "from creditline.credit.rubrics import Criterion, Rubric, step_cost, success\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from creditline import progress
-from e2e.cli import DATA_ROOT, in_process
+from tests.e2e.cli import DATA_ROOT, in_process
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"

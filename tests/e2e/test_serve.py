@@ -15,7 +15,7 @@ import pytest
 
 from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy
 from creditline.store import LineageStore, hash_path
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 SMALL = ChatPolicyConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64,

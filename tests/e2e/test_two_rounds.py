@@ -12,7 +12,7 @@ import pytest
 
 from creditline.round import training_rows
 from creditline.store import LineageStore, hash_path
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"

@@ -16,7 +16,7 @@ import pytest
 
 from creditline.store import LineageStore
 from creditline.store.rounds import tracking_runs
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 from tests.servers import chromium, dagster_webserver, mlflow_ui
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from verifiers_files import classic_line, classic_run, v1_run, write_lines
 
 from creditline.round import training_rows
 from creditline.store import LineageStore, read_parquet
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 CONFIG = "tests/tiny_experiment.toml"

@@ -20,7 +20,7 @@ from creditline.credit.rubrics import RUBRICS
 from creditline.interop.verifiers_import import read_source, source_tables
 from creditline.round import training_rows
 from creditline.store import LineageStore, read_parquet
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "verifiers"
 POLICY = DATA / "policy"

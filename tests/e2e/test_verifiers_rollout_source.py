@@ -18,7 +18,7 @@ import pytest
 from creditline.config import load_config
 from creditline.config.checks import ConfigError
 from creditline.store import LineageStore, read_parquet
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from creditline.store import LineageStore, atomic_directory, hash_directory, write_parquet_atomic
 from creditline.store.data_root import CATALOG
 from creditline.store.records import ArtifactRecord
-from e2e.cli import creditline
+from tests.e2e.cli import creditline
 
 EXPERIMENTS = ("alpha", "beta")
 

@@ -1,5 +1,5 @@
 """`creditline ARGV` called in the test's own process, and what it printed: for the bad-input tests, which
-make hundreds of calls (a subprocess each would cost seconds of imports). The call is `e2e.cli.in_process`."""
+make hundreds of calls (a subprocess each would cost seconds of imports). The call is `tests.e2e.cli.in_process`."""
 
 from __future__ import annotations
 

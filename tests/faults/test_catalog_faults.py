@@ -2,7 +2,7 @@
 
 Each case prepares its own data root with real `creditline run`s (records hold absolute paths, so a copied root
 would still point at the original's files), once per module. The commands run in the test's process
-(`e2e.cli.creditline`), except the one killed by a failpoint, which needs a process of its own.
+(`tests.e2e.cli.creditline`), except the one killed by a failpoint, which needs a process of its own.
 
 - A recorded hash edited in the catalog is not vouched for by the fingerprint taken with the old hash: the next
   round refuses the parent; `verify` names every round that consumed a changed input; `lineage` marks every
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from e2e.cli import creditline
+
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"

@@ -9,7 +9,7 @@ process kills itself (SIGKILL: no cleanup, no `finally`) at that point of round 
 - leave `creditline verify` clean (files, edges both ways, round commits, MLflow runs) and no temp file,
 - record the killed attempt as a FAILED Dagster run, and leave no MLflow run RUNNING.
 The killed runs are processes of their own (one at a time); the re-runs, `verify` and the reference runs are
-`creditline` in the test's process (`e2e.cli.creditline`, on one torch thread as the killed processes), beside
+`creditline` in the test's process (`tests.e2e.cli.creditline`, on one torch thread as the killed processes), beside
 the next killed run: a re-run is the command's own code either way, and an in-process call saves the seconds
 of imports a process pays. The matrix is printed at the end.
 """
@@ -27,9 +27,9 @@ import dagster as dg
 import duckdb
 import pytest
 import torch
-from e2e.cli import creditline
 
 from creditline.store.orphans import find_orphans
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"

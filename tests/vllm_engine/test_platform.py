@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e.cli import creditline
 
 from creditline.engines import vllm_platform
 from creditline.engines.vllm_platform import vllm_problems
+from tests.e2e.cli import creditline
 
 from .conftest import DEVICE
 

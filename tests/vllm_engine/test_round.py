@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
-from e2e.cli import creditline
 
 from creditline.store import LineageStore, read_parquet
 from creditline.store.rounds import round_commits
+from tests.e2e.cli import creditline
 
 from .conftest import DEVICE
 

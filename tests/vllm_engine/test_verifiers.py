@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import pytest
-from e2e.cli import creditline
 from e2e.test_serve import _ready_line
 from e2e.test_verifiers_rollout_source import POLICY, ROOT, VENVS, config_file
 
@@ -22,6 +21,7 @@ from creditline.interop.verifiers_import import read_source, source_tables
 from creditline.policy.models import load_policy
 from creditline.store import LineageStore, read_parquet
 from creditline.train.trainer import pack, score
+from tests.e2e.cli import creditline
 from tests.servers import stop_process
 
 from .conftest import DEVICE
