@@ -1008,6 +1008,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--config", default=None, help="TOML file: the experiment's rubric, estimator, policy, ..."
     )
+    imp.add_argument("--quiet", action="store_true", help="no progress line inside the round")
     export = add("export", cmd_export, "a round's per-token advantages for verifiers (PR #941) or prime-rl")
     export.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=EXPERIMENT_HELP)
     export.add_argument("--round", type=int, default=None, help="default: the newest round with advantages")

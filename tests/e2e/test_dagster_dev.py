@@ -1,7 +1,7 @@
 """A real `dagster dev` (webserver + daemon): the sensor advances rounds, a backfill re-scores them.
 
-The worker of the sensor's first run is SIGKILLed mid-round: the run must be marked failed within a
-minute (by Dagster's run monitoring through our launcher, or by the sensor's reaper, whichever ticks
+The worker of the sensor's first run is SIGKILLed mid-round (after its rollouts): the run must be marked
+failed within a minute (by Dagster's run monitoring through our launcher, or by the sensor's reaper, whichever ticks
 first) and the sensor must request the round again, which then completes.
 
 Started by the test on 127.0.0.1 in its own session and stopped by PID. Everything goes through
@@ -85,15 +85,17 @@ def dagster_dev(tmp_path):
 
 
 def kill_the_first_run_worker(data_root: Path, log: Path) -> tuple[str, float]:
-    """SIGKILL the process executing the sensor's first run, as soon as it has named itself."""
+    """SIGKILL the process executing the sensor's first run, mid-round: once its rollouts are materialised
+    (read from Dagster's event log, not the catalog, whose lock the worker needs)."""
     instance = dg.DagsterInstance.from_config(str(data_root / "dagster_home"))
     found: list = []
 
-    def tagged():
+    def rolled_out():
         found[:] = [r for r in instance.get_runs() if PROCESS_TAG in r.tags]
-        return bool(found)
+        materialized = instance.get_latest_materialization_event(dg.AssetKey("episodes"))
+        return bool(found) and materialized is not None and materialized.run_id == found[0].run_id
 
-    wait_for(tagged, 300, "the first run's worker", log)
+    wait_for(rolled_out, 300, "the first run's rollouts", log)
     os.kill(ProcessId.parse(found[0].tags[PROCESS_TAG]).pid, signal.SIGKILL)
     instance.dispose()
     return found[0].run_id, time.monotonic()
