@@ -34,10 +34,7 @@ to redo it), so the table can be filled over several sittings.
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import math
-import statistics
 import sys
 import tempfile
 import time
@@ -48,6 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from creditline.comparison import plot, table  # noqa: E402
 from creditline.config import AdvantageSettings, ExperimentConfig, from_dict, load_config  # noqa: E402
 from creditline.config.checks import ConfigError  # noqa: E402
 from creditline.credit.advantages import available  # noqa: E402
@@ -124,9 +122,6 @@ ADDED_SINCE_RUNS = (
 run's key while at their defaults, so those runs still count (as a registered config reads back,
 `creditline.config`)."""
 QUICK = {"rounds": 2, "rollouts": {"tasks_per_round": 4, "group_size": 4}, "eval": {"num_tasks": 8}}
-THRESHOLD = 0.30
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-"""Student's t quantile 0.975 by degrees of freedom (1.96 beyond): the 95 % CI over seeds."""
 
 
 def task_config(
@@ -196,75 +191,6 @@ def run(config: ExperimentConfig) -> dict:
     }
 
 
-def rounds_to_threshold(success: list[float]) -> int | None:
-    """The first round whose held-out success is at least the initial policy's + 0.30 (None: never)."""
-    return next((r for r, s in enumerate(success) if r > 0 and s >= success[0] + THRESHOLD), None)
-
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % t-interval (0 for one value)."""
-    if len(values) < 2:
-        return (values[0] if values else math.nan), 0.0
-    t = T_975.get(len(values) - 1, 1.96)
-    return statistics.mean(values), t * statistics.stdev(values) / math.sqrt(len(values))
-
-
-def table(results: dict[tuple[str, str, int], dict]) -> str:
-    """The Markdown learning table (one row per task and estimator)."""
-    lines = ["| task | estimator | seeds | final success (95 % CI) | rounds to +0.30 | s / run | episodes | tokens |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for task in dict.fromkeys(k[0] for k in results):
-        for estimator in dict.fromkeys(k[1] for k in results if k[0] == task):
-            runs = [v for k, v in sorted(results.items()) if k[:2] == (task, estimator)]
-            final, ci = mean_ci([r["success"][-1] for r in runs])
-            reached = [n for r in runs if (n := rounds_to_threshold(r["success"])) is not None]
-            to_threshold = (f"{statistics.median(reached):g} ({len(reached)}/{len(runs)} seeds)" if reached
-                            else f"not reached (0/{len(runs)})")  # fmt: skip
-            lines.append(f"| {task} | {estimator} | {len(runs)} | {final:.2f} ± {ci:.2f} | {to_threshold} | "
-                         f"{statistics.mean(r['seconds'] for r in runs):.0f} | {runs[0]['episodes']} | "
-                         f"{statistics.mean(r['tokens'] for r in runs):.0f} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
-def plot(results: dict[tuple[str, str, int], dict]) -> bytes:
-    """PNG: held-out success by round, mean and 95 % CI band per estimator, a panel per task."""
-    from creditline.plots import plt
-
-    tasks = list(dict.fromkeys(k[0] for k in results))
-    columns = min(4, len(tasks))
-    rows = math.ceil(len(tasks) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), dpi=100, squeeze=False)
-    for axis in axes.flat[len(tasks) :]:
-        axis.set_visible(False)
-    for axis, task in zip(axes.flat, tasks, strict=False):
-        seeds = {
-            e: sum(k[:2] == (task, e) for k in results)
-            for e in dict.fromkeys(k[1] for k in results if k[0] == task)
-        }
-        for estimator in seeds:
-            curves = [v["success"] for k, v in sorted(results.items()) if k[:2] == (task, estimator)]
-            by_round = [mean_ci([c[r] for c in curves]) for r in range(min(map(len, curves)))]
-            mean = [m for m, _ in by_round]
-            colour = f"C{list(ESTIMATORS).index(estimator) % 10}"  # one colour per estimator in every panel
-            axis.plot(range(len(mean)), mean, label=estimator, linewidth=1.4, color=colour)
-            axis.fill_between(range(len(mean)), [m - h for m, h in by_round], [m + h for m, h in by_round],
-                              alpha=0.15, color=colour)  # fmt: skip
-        low, high = min(seeds.values()), max(seeds.values())
-        axis.set_title(f"{task} ({low}{f'–{high}' if high > low else ''} seeds, 95 % CI)", fontsize=9)
-        axis.xaxis.get_major_locator().set_params(integer=True)
-        axis.set_xlabel("round (0 = initial policy)", fontsize=8)
-        axis.set_ylim(-0.02, 1.02)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=6, loc="upper left")
-    for row in axes:
-        row[0].set_ylabel("held-out success", fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", metadata={"Software": None})
-    plt.close(figure)
-    return buffer.getvalue()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", choices=[*TASKS, *DIAGNOSES],
@@ -312,7 +238,7 @@ def main() -> None:
                       f"{result['success'][-1]:.2f}, {result['seconds']:.0f} s", flush=True)  # fmt: skip
     markdown = table(results)
     (args.out / "learning.md").write_text(markdown)
-    (args.out / "learning.png").write_bytes(plot(results))
+    (args.out / "learning.png").write_bytes(plot(results, list(ESTIMATORS)))
     print("\n" + markdown + f"\nwritten: {args.out / 'learning.md'}, {args.out / 'learning.png'}")
 
 

@@ -5,6 +5,7 @@
     creditline lineage [--experiment NAME] [--round R] [--wide | --json]
     creditline verify [--experiment NAME] [--json]        (default: every experiment)
     creditline register [--experiment NAME] [--config FILE]
+    creditline compare --estimators A,B,... [--config FILE] [--seeds N] [--rounds R] [--name NAME]
     creditline rescore [--experiment NAME] --rubric NAME|PATH|VERSION [--rounds A..B]
     creditline advantages --estimator NAME [--param k=v ...] --steps IN.parquet [--scores S.parquet]
                           [--sample-filter prof --episodes E.parquet] --out OUT.parquet
@@ -108,6 +109,20 @@ def _known_experiment(store: LineageStore, name: str) -> None:
 
 
 def cmd_run(args) -> int:
+    config = load_config(args.config, name=args.experiment)
+    first, rounds = (1, config.rounds) if args.rounds is None else _round_range(args.rounds)
+    if rounds > config.rounds:
+        raise UsageError(f"--rounds {args.rounds}: the config has {config.rounds} rounds")
+    store = _store(args.data_root)
+    failed = run_experiment(args, store, config, first, rounds)
+    if not failed:
+        _print_report(store.evaluations(config.name))
+    return failed
+
+
+def run_experiment(args, store, config, first: int, rounds: int, tags: dict[str, str] | None = None) -> int:
+    """Register `config` and run its rounds `first`..`rounds` that are not committed yet, holding its lease:
+    what `creditline run` does; 0, or the exit code of the round that failed."""
     from creditline.store.leases import hold_lease
     from creditline.store.rounds import round_commits
     from pipelines.instance import get_instance
@@ -116,11 +131,6 @@ def cmd_run(args) -> int:
     from resources import deployed_resources
     from resources.tracker import check_writable
 
-    config = load_config(args.config, name=args.experiment)
-    first, rounds = (1, config.rounds) if args.rounds is None else _round_range(args.rounds)
-    if rounds > config.rounds:
-        raise UsageError(f"--rounds {args.rounds}: the config has {config.rounds} rounds")
-    store = _store(args.data_root)
     instance = get_instance(args.data_root)
     with hold_lease(store, config.name) as lease:
         if lease.replaced:
@@ -138,14 +148,15 @@ def cmd_run(args) -> int:
             raise UsageError(f"--rounds {args.rounds}: rounds {_spans(before)} are not committed yet")
         for round_ in range(1, rounds + 1):
             if round_ not in committed and (
-                failed := _run_round(args, instance, store, config.name, round_, rounds)
+                failed := _run_round(args, instance, store, config.name, round_, rounds, tags)
             ):
                 return failed
-    _print_report(store.evaluations(config.name))
     return 0
 
 
-def _run_round(args, instance, store, experiment: str, round_: int, rounds: int) -> int:
+def _run_round(
+    args, instance, store, experiment: str, round_: int, rounds: int, tags: dict[str, str] | None = None
+) -> int:
     """Execute one round's partition in this process and print its line; 0, or the exit code of a failure."""
     from assets.partitions import ROUNDS, round_key
     from pipelines.definitions import ROUND_JOB
@@ -162,7 +173,12 @@ def _run_round(args, instance, store, experiment: str, round_: int, rounds: int)
     previous = progress.install(progress.TerminalLine(f"round {round_:>3}  ") if drawn else None)
     try:
         result = execute_partition(
-            instance, args.data_root, ROUND_JOB, key, tags={EXPERIMENT_TAG: experiment}, debug=args.debug
+            instance,
+            args.data_root,
+            ROUND_JOB,
+            key,
+            tags={EXPERIMENT_TAG: experiment, **(tags or {})},
+            debug=args.debug,
         )
     except RoundInterrupted:
         close_round_tracking(args.data_root, experiment, round_, "KILLED")
@@ -270,6 +286,12 @@ def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
             f"(available: {_spans(available)})"
         )
     return list(range(low, high + 1))
+
+
+def _compare(args) -> int:
+    from pipelines.compare import cmd_compare
+
+    return cmd_compare(args)
 
 
 def cmd_rescore(args) -> int:
@@ -986,6 +1008,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "lineage":
             p.add_argument("--round", type=int, default=None, help="default: the newest round")
             p.add_argument("--wide", action="store_true", help="every detail: parents' hashes, runs, paths")
+    compare = add("compare", _compare, "run estimators × seeds on one experiment config and compare them")
+    compare.add_argument("--config", default=None, help="the experiment's TOML file (default: the default)")
+    compare.add_argument("--estimators", required=True, help="comma-separated, e.g. grpo,gigpo")
+    compare.add_argument("--seeds", type=int, default=3, help="seeds per estimator, 0..N-1 (default 3)")
+    compare.add_argument("--rounds", type=int, default=None, help="rounds per run (default: the config's)")
+    compare.add_argument("--name", default=None, help="the comparison's name (default: <experiment>-compare)")
+    compare.add_argument("--quiet", action="store_true", help="no progress line inside a round")
     adv = add("advantages", cmd_advantages, "compute advantages for a steps Parquet file")
     adv.add_argument("--estimator", required=True, help="an estimator's name (docs/advantages.md)")
     adv.add_argument("--param", action="append", default=[], help="key=value (JSON values), repeatable")

@@ -43,22 +43,6 @@ def test_quick_run_writes_the_table_the_plot_and_one_file_per_run_and_reuses_the
     assert json.loads((tmp_path / "runs" / "shaped-maze-gigpo-s0.json").read_text()) == saved
 
 
-def test_the_table_and_its_statistics_by_hand():
-    sys.path.insert(0, str(BENCH.parent))
-    import learning
-
-    assert learning.rounds_to_threshold([0.1, 0.2, 0.39, 0.41, 0.0]) == 3  # first round ≥ initial + 0.30
-    assert learning.rounds_to_threshold([0.5, 0.7, 0.79]) is None
-    mean, half = learning.mean_ci([0.2, 0.4, 0.6])
-    assert mean == pytest.approx(0.4) and half == pytest.approx(4.303 * 0.2 / 3**0.5)
-    results = {
-        ("t", "a", s): {"success": [0.0, v], "seconds": 10.0, "episodes": 8, "tokens": 16}
-        for s, v in enumerate([0.2, 0.6])
-    }
-    (row,) = learning.table(results).splitlines()[2:]
-    assert row == "| t | a | 2 | 0.40 ± 2.54 | 1 (1/2 seeds) | 10 | 8 | 16 |"
-
-
 def test_branched_estimators_spend_half_the_tasks_on_continuations_and_igpo_needs_a_gold_answer():
     sys.path.insert(0, str(BENCH.parent))
     import learning

@@ -1,0 +1,21 @@
+"""The comparison's statistics and table, by hand (the learning table and `creditline compare` share them)."""
+
+import pytest
+
+from creditline.comparison import mean_ci, plot, rounds_to_threshold, table
+
+
+def test_the_table_and_its_statistics_by_hand():
+    assert rounds_to_threshold([0.1, 0.2, 0.39, 0.41, 0.0]) == 3  # first round ≥ initial + 0.30
+    assert rounds_to_threshold([0.5, 0.7, 0.79]) is None
+    mean, half = mean_ci([0.2, 0.4, 0.6])
+    assert mean == pytest.approx(0.4) and half == pytest.approx(4.303 * 0.2 / 3**0.5)  # t(2) · s / √n
+    assert mean_ci([0.7]) == (0.7, 0.0)
+    results = {
+        ("t", "a", s): {"success": [0.0, v], "seconds": 10.0, "episodes": 8 + 2 * s, "tokens": 16}
+        for s, v in enumerate([0.2, 0.6])
+    }
+    (row,) = table(results).splitlines()[2:]
+    # 0.40 ± 12.706 · 0.283 / √2; a branching run's extra episodes count in the mean budget
+    assert row == "| t | a | 2 | 0.40 ± 2.54 | 1 (1/2 seeds) | 10 | 9 | 16 |"
+    assert plot(results).startswith(b"\x89PNG")
