@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 class ServerUnavailable(RuntimeError):
     pass
@@ -155,19 +157,11 @@ def mlflow_server(backend_uri: str, artifacts: Path) -> Iterator[str]:
     port = free_port()
     log = artifacts.parent / f"mlflow-{port}.log"
     artifacts.mkdir(parents=True, exist_ok=True)
-    mlflow = Path(sys.executable).parent / "mlflow"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-             "--backend-store-uri", backend_uri, "--artifacts-destination", artifacts.as_uri()],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    command = [Path(sys.executable).parent / "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+               "--workers", "1", "--backend-store-uri", backend_uri, "--artifacts-destination", artifacts.as_uri()]  # fmt: skip
     uri = f"http://127.0.0.1:{port}"
-    try:
-        _wait(lambda: _answers(f"{uri}/health"), "mlflow server", process, log, 90)
+    with _serving(command, log, f"{uri}/health", "mlflow server", 90):
         yield uri
-    finally:
-        stop_process(process)
 
 
 def _answers(url: str) -> bool:
@@ -213,47 +207,48 @@ def s3_server(log_dir: Path) -> Iterator[S3]:
 
 
 @contextlib.contextmanager
+def _serving(
+    command: list, log: Path, ready_url: str, what: str, timeout_s: float, **popen
+) -> Iterator[None]:
+    """Start `command` in its own session (output to `log`), wait until `ready_url` answers, stop it after."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **popen
+        )
+    try:
+        _wait(lambda: _answers(ready_url), what, process, log, timeout_s)
+        yield
+    finally:
+        stop_process(process)
+
+
+@contextlib.contextmanager
 def dagster_webserver(data_root: Path) -> Iterator[str]:
     """`dagster-webserver` over the data root's instance and the project's workspace (what `make ui` serves,
     without the daemon), on a free port; yields its http:// URL."""
     port = free_port()
-    log = data_root / f"dagster-webserver-{port}.log"
-    root = Path(__file__).resolve().parents[1]
+    url = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
         "CREDITLINE_DATA_ROOT": str(data_root),
         "DAGSTER_HOME": str(data_root / "dagster_home"),
     }
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [Path(sys.executable).parent / "dagster-webserver", "-w", "workspace.yaml", "-h", "127.0.0.1",
-             "-p", str(port)], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(lambda: _answers(f"{url}/server_info"), "dagster-webserver", process, log, 120)
+    command = [Path(sys.executable).parent / "dagster-webserver", "-w", "workspace.yaml", "-h", "127.0.0.1",
+               "-p", str(port)]  # fmt: skip
+    log = data_root / f"dagster-webserver-{port}.log"
+    with _serving(command, log, f"{url}/server_info", "dagster-webserver", 120, cwd=ROOT, env=env):
         yield url
-    finally:
-        stop_process(process)
 
 
 @contextlib.contextmanager
 def mlflow_ui(data_root: Path) -> Iterator[str]:
     """`mlflow ui` over the data root's embedded tracking store (what `make mlflow` serves) on a free port."""
     port = free_port()
-    log = data_root / f"mlflow-ui-{port}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [Path(sys.executable).parent / "mlflow", "ui", "--backend-store-uri",
-             f"sqlite:///{data_root / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(lambda: _answers(f"{url}/health"), "mlflow ui", process, log, 90)
+    command = [Path(sys.executable).parent / "mlflow", "ui", "--backend-store-uri",
+               f"sqlite:///{data_root / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    with _serving(command, data_root / f"mlflow-ui-{port}.log", f"{url}/health", "mlflow ui", 90):
         yield url
-    finally:
-        stop_process(process)
 
 
 def chromium() -> str:

@@ -19,17 +19,10 @@ TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
 COUNTDOWN = """
 rounds = 2
 rubric = "countdown-solved"
-[env]
-name = "countdown"
-params = { top = 5, max_steps = 6 }
-[rollouts]
-tasks_per_round = 4
-group_size = 4
-[train]
-epochs = 1
-minibatches = 2
-[eval]
-num_tasks = 8
+env = { name = "countdown", params = { top = 5, max_steps = 6 } }
+rollouts = { tasks_per_round = 4, group_size = 4 }
+train = { epochs = 1, minibatches = 2 }
+eval = { num_tasks = 8 }
 """
 
 
