@@ -47,6 +47,25 @@ def test_spa_by_hand():
     np.testing.assert_allclose(compute("spa", TOY, gamma=0.5), whitened([0.4, 0.4, -0.3, 0.5]), rtol=1e-12)
 
 
+def test_spa_default_advantage_is_the_whitened_progress_of_the_step():
+    # γ = 0 (the default): A = whitened ĉ = whitened [0.2, 0.4, −0.3, 0.5]; with SPA-RL's γ = 0.99 step a0
+    # would take 0.2 + 0.99 · 0.4 = 0.596 (its successor's progress)
+    np.testing.assert_allclose(compute("spa", TOY), whitened([0.2, 0.4, -0.3, 0.5]), rtol=1e-12)
+
+
+def test_spa_does_not_rank_steps_by_the_steps_left():
+    # every step makes the same progress ĉ = −0.1 (episode x 3 steps, y 1 step): no step did better than
+    # another, so every advantage is 0. A return to go with γ = 0.99 and the round's mean as baseline gives
+    # x −0.29701, −0.199, −0.1 and y −0.1 → whitened ≈ −1.30, −0.26, +0.78, +0.78: later steps favoured
+    same = pd.DataFrame({"group_id": "g", "episode_id": ["x", "x", "x", "y"], "step_idx": [0, 1, 2, 0],
+                         "anchor_key": "s", "step_reward": 0.0, "episode_reward": [-0.3, -0.3, -0.3, -0.1],
+                         "model_reward": -0.1})  # fmt: skip
+    np.testing.assert_array_equal(compute("spa", same), np.zeros(4))
+    np.testing.assert_allclose(compute("spa", same, gamma=0.99),
+                               whitened([-0.29701, -0.199, -0.1, -0.1]), rtol=1e-9)  # fmt: skip
+    assert compute("spa", same, gamma=0.99)[0] < -1.3
+
+
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), estimator=st.sampled_from(["prime", "spa"]))
 def test_row_order_and_group_names_do_not_matter(seed, estimator):

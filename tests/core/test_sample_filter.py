@@ -91,3 +91,16 @@ def test_the_update_trains_on_the_kept_rows_only(tiny_policy):
     assert (~advantages.drop_duplicates("episode_id")["kept"]).sum() == 2 * 2  # 2 of 4 in each of 2 groups
     metrics, _ = train_policy(model, tokenizer, tables.steps, advantages, config, 1, None)
     assert sum(m["rows"] for m in metrics) == int(advantages["kept"].sum()) < len(tables.steps)
+
+
+def test_in_a_group_where_every_episode_failed_prof_drops_the_most_rewarded():
+    """PROF's rule (as its code) in a one-class group: all four failed, so s = −mean 2(v − μ) and the
+    lowest s is the highest step reward. μ = (0.3 + 0.2 + 0.1 + 0)·2/8 = 0.15; P = 0, N = 4, remove 2:
+    n_pos = min(2, round((−4 + 2)/2)) = −1 → drop the 2 failed of lowest s: a (s = −0.3), b (−0.1).
+    Where the GRPO reward is shaped (the shaped maze, success 0 at first) these are the episodes GRPO would
+    have pushed toward (docs/advantages.md, "SPA and PROF: what was wrong")."""
+    rewards = {"a": [0.3, 0.3], "b": [0.2, 0.2], "c": [0.1, 0.1], "d": [0.0, 0.0]}
+    steps, scores, episodes = round_tables(rewards, dict.fromkeys(rewards, False))
+    s = consistency(scores, episodes.set_index("episode_id")["success"])
+    assert s.to_dict() == pytest.approx({"a": -0.3, "b": -0.1, "c": 0.1, "d": 0.3})
+    assert prof_keep(scores, episodes, 2).to_dict() == {"a": False, "b": False, "c": True, "d": True}

@@ -23,14 +23,18 @@ weights.
 of step t (`creditline.credit.progress_model`), the step's dense reward (SPA-RL Eq. 8 without its grounding
 term: our environments do not report whether an action took effect):
 
-    return    G_t = Σ_{k≥t} γ^{k−t} ĉ_k
+    return    G_t = Σ_{k≥t} γ^{k−t} ĉ_k                                   γ = 0 by default: G_t = ĉ_t
     advantage A_t = (G_t − mean G) / sqrt(var G + 1e-8)                        over the whole round
 
-SPA-RL trains these rewards with PPO (a value head, GAE γ = 0.99, λ = 0.95, whitened advantages); creditline
-has no critic, so the return is used with the round's mean as its baseline (GAE with V ≡ 0 is this return
-with γλ in place of γ). Note: SPA-RL's released WebShop script replaces the predicted ĉ_t with one
-constant per trajectory (its reward minus the leave-one-out mean) before RL (``prm/rl_data_org.py``); this
-follows the paper.
+SPA-RL trains these rewards with PPO (a value head, GAE γ = 0.99, λ = 0.95, whitened advantages). creditline
+has no critic, so the round's mean is the only baseline, and that makes γ > 0 wrong here: the return to go
+of an episode of T steps is about (T − t) · mean ĉ plus the progress of the steps after t, so its advantage
+ranks steps by how many steps are left (on the shaped maze mean ĉ ≈ −0.07, and every episode's first step
+got A ≈ −1.2 whatever it did), which PPO's V(s_t) would have subtracted. ĉ_t alone is what SPA attributes to
+step t ("its incremental progress"), so the default advantage is the whitened ĉ_t; γ > 0 stays available.
+(docs/advantages.md, "SPA and PROF: what was wrong".) Note: SPA-RL's released WebShop script replaces the
+predicted ĉ_t with one constant per trajectory (its reward minus the leave-one-out mean) before RL
+(``prm/rl_data_org.py``); this follows the paper.
 """
 
 from __future__ import annotations
@@ -69,8 +73,8 @@ def prime(
 
 
 @register("spa", columns=(MODEL_REWARD_COLUMN,))
-def spa(table: StepTable, conv: Conventions, *, gamma: float = 0.99) -> np.ndarray:
-    """A_t: the whitened discounted return of the progress contributions ĉ (S,)."""
+def spa(table: StepTable, conv: Conventions, *, gamma: float = 0.0) -> np.ndarray:
+    """A_t: the whitened discounted return of the progress contributions ĉ (S,); γ = 0: the whitened ĉ_t."""
     del conv
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
