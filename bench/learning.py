@@ -18,6 +18,10 @@ Tasks (`TASKS`):
 Diagnoses of the sparse maze (`DIAGNOSES`, opt-in with `--tasks`): without the invalid-completion cost (an
 all-fail group's returns are then all equal), 40 rounds instead of 20, groups of 16 samples (32 tasks a round).
 
+The credit dial (`DIAL_TASKS`, opt-in with `--tasks`): the `credit_dial` environment swept one dial at a time
+around `dial-h8-d2` (8 turns, 2 decisive, one state per decisive turn, success-only reward): `dial-h8-d1`,
+`dial-h8-d4`, `dial-h4-d2`, `dial-h16-d2`, `dial-h8-d2-s4`, `dial-h8-d2-s20`, `dial-h8-d2-shaped`.
+
 Output in `--out` (default bench/results/): `learning.md` (per task and estimator: final success mean ± 95 %
 CI over seeds, rounds to +0.30 over the initial policy, wall time, episodes and tokens used), `learning.png`
 (success by round, mean and 95 % CI band per estimator, a panel per task) and `runs/*.json`, one file per
@@ -26,6 +30,7 @@ to redo it), so the table can be filled over several sittings.
 
     .venv/bin/python bench/learning.py                       # the full table (hours on 2 CPU cores)
     .venv/bin/python bench/learning.py --tasks sparse-maze --estimators grpo gigpo --seeds 0 1 2 3 4
+    .venv/bin/python bench/learning.py --tasks dial-h8-d2 dial-h8-d2-s20 --estimators grpo rloo gigpo hgpo
     .venv/bin/python bench/learning.py --quick --out /tmp/learning   # a smoke run (the test suite's)
     .venv/bin/python bench/learning.py --config examples/chat-maze.toml --estimators gigpo --seeds 0
     .venv/bin/python bench/learning.py --report                      # the table and plot of the runs on file
@@ -74,6 +79,35 @@ TASKS: dict[str, dict] = {
     "lookup": {"rounds": 60, "env": {"name": "lookup", "params": {}}},
 }
 """Each task's overrides of the default experiment."""
+DIAL_MIDDLE = {"horizon": 8, "decisive": 2, "distinct_states": 1, "shaped_share": 0.0, "choices": 2}
+"""The credit dial's middle setting (`creditline.envs.credit_dial`): 8 turns of which 2 matter, each decisive
+turn showing one state to the whole group, success-only reward, two action words (random success 1/4)."""
+
+
+def dial_task(**dials) -> dict:
+    """A credit-dial task: the middle setting with `dials` changed, 20 rounds, and a warm start on random
+    action words so that the policy starts at the documented random success, (1/choices)^decisive."""
+    return {
+        "rounds": 20,
+        "env": {"name": "credit_dial", "params": {**DIAL_MIDDLE, **dials}},
+        "warm_start": {**DEFAULT["warm_start"], "episodes": 64},
+    }
+
+
+DIAL_TASKS: dict[str, dict] = {
+    "dial-h8-d2": dial_task(),
+    "dial-h8-d1": dial_task(decisive=1),
+    "dial-h8-d4": dial_task(decisive=4),
+    "dial-h4-d2": dial_task(horizon=4),
+    "dial-h16-d2": dial_task(horizon=16),
+    "dial-h8-d2-s4": dial_task(distinct_states=4),
+    "dial-h8-d2-s20": dial_task(distinct_states=20),
+    "dial-h8-d2-shaped": dial_task(shaped_share=0.5),
+}
+"""The credit dial swept one dial at a time around `dial-h8-d2` (opt-in, `--tasks`): decisive turns (d1, d4),
+horizon and so filler turns (h4, h16), distinct states per decisive turn, i.e. how rarely anchors recur across
+a group of 8 (s4: about 2 episodes an anchor group; s20: mostly singletons, where GiGPO's step term is 0), and
+half of the reward paid per correct decisive step (shaped)."""
 SPARSE = {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}
 DIAGNOSES: dict[str, dict] = {
     "sparse-no-penalty": {
@@ -130,7 +164,7 @@ def task_config(
     """The experiment a run plays: the default (or `base`, a user's config) with the task's overrides, the
     estimator and the seed."""
     base = base or DEFAULT
-    overrides = dict({**TASKS, **DIAGNOSES}.get(task, {}))
+    overrides = dict({**TASKS, **DIAGNOSES, **DIAL_TASKS}.get(task, {}))
     if quick:
         overrides = {**overrides, **QUICK}
     branched = BRANCHED.get(estimator, {})
@@ -138,6 +172,7 @@ def task_config(
     merged["rollouts"] = {**base["rollouts"], **overrides.get("rollouts", {}), **branched.get("rollouts", {})}
     merged["eval"] = {**base["eval"], **overrides.get("eval", {})}
     merged["branching"] = {**base.get("branching", {}), **branched.get("branching", {})}
+    merged["warm_start"] = {**base["warm_start"], **overrides.get("warm_start", {})}
     merged["advantages"] = asdict(ESTIMATORS[estimator])
     return from_dict(merged)
 
@@ -193,9 +228,10 @@ def run(config: ExperimentConfig) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", choices=[*TASKS, *DIAGNOSES],
+    parser.add_argument("--tasks", nargs="+", choices=[*TASKS, *DIAGNOSES, *DIAL_TASKS],
                         help=f"default: {', '.join(TASKS)} (with --report: every task on file); "
-                             f"diagnoses of the sparse maze: {', '.join(DIAGNOSES)}")  # fmt: skip
+                             f"diagnoses of the sparse maze: {', '.join(DIAGNOSES)}; "
+                             f"the credit dial: {', '.join(DIAL_TASKS)}")  # fmt: skip
     parser.add_argument("--estimators", nargs="+", choices=list(ESTIMATORS),
                         default=[e for e in ESTIMATORS if e not in VARIANTS],
                         help=f"default: every registered estimator; variants: {', '.join(VARIANTS)}")  # fmt: skip
@@ -211,7 +247,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     bases = {args.config.stem: load_config(args.config).to_dict()} if args.config else {}
-    tasks = list(bases) if args.config else args.tasks or [*TASKS, *(DIAGNOSES if args.report else ())]
+    on_file = (*DIAGNOSES, *DIAL_TASKS) if args.report else ()
+    tasks = list(bases) if args.config else args.tasks or [*TASKS, *on_file]
     torch.set_num_threads(args.threads)
     seeds = args.seeds[:1] if args.quick else args.seeds
     (args.out / "runs").mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@
 An experiment's `env.name` is either
 
 - a name registered in the `creditline.environments` entry-point group. creditline registers its
-  built-ins (`maze`, `arithmetic`, `lookup`) there in its own `pyproject.toml`; a package registers its
-  environments the same way, and installing it (`pip install`) is all it takes:
+  built-ins (`maze`, `arithmetic`, `lookup`, `credit_dial`) there in its own `pyproject.toml`; a package
+  registers its environments the same way, and installing it (`pip install`) is all it takes:
 
       [project.entry-points."creditline.environments"]
       countdown = "mypkg.envs:make_countdown"
@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from creditline.envs.arithmetic import ArithmeticEnv
 from creditline.envs.base import Environment
+from creditline.envs.credit_dial import CreditDialEnv
 from creditline.envs.lookup import LookupEnv
 from creditline.envs.maze import MazeEnv
 from creditline.plugins import IMPORT_PATH, entry_point_targets, load_attribute, near_name
@@ -42,6 +43,7 @@ BUILTIN_ENVIRONMENTS: dict[str, type[Environment]] = {
     "maze": MazeEnv,
     "arithmetic": ArithmeticEnv,
     "lookup": LookupEnv,
+    "credit_dial": CreditDialEnv,
 }
 """creditline's own environments (also registered as entry points in pyproject.toml)."""
 

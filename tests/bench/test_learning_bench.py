@@ -59,3 +59,20 @@ def test_branched_estimators_spend_half_the_tasks_on_continuations_and_igpo_need
     # a run on file from before branching and the sample filter existed keeps its key
     saved = json.loads((BENCH.parent / "results" / "runs" / "sparse-maze-grpo-s0.json").read_text())
     assert learning.run_key(plain) == saved["config_hash"]
+
+
+def test_the_credit_dial_tasks_change_one_dial_each_around_the_middle_and_warm_start():
+    sys.path.insert(0, str(BENCH.parent))
+    import learning
+
+    middle = learning.task_config("dial-h8-d2", "gigpo", 0, quick=False)
+    assert middle.env.name == "credit_dial" and middle.warm_start.episodes > 0
+    for task in learning.DIAL_TASKS:
+        params = learning.task_config(task, "grpo", 0, quick=False).env.params
+        changed = {k for k, v in params.items() if v != middle.env.params[k]}
+        assert len(changed) == (task != "dial-h8-d2"), (task, changed)
+    # the other tasks' runs on file keep their keys (the warm start section is the default there)
+    saved = json.loads((BENCH.parent / "results" / "runs" / "shaped-maze-gigpo-s0.json").read_text())
+    assert (
+        learning.run_key(learning.task_config("shaped-maze", "gigpo", 0, quick=False)) == saved["config_hash"]
+    )

@@ -302,7 +302,7 @@ BAD_CASES = {
     ),
     "environment": (
         '[env]\nname = "grid"',
-        'env.name = "grid": is neither a registered environment (arithmetic, countdown, lookup, maze) nor an import path "package.module:factory"',
+        'env.name = "grid": is neither a registered environment (arithmetic, countdown, credit_dial, lookup, maze) nor an import path "package.module:factory"',
     ),
     "rubric": (
         'rubric = "envv"',

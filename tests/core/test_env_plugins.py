@@ -27,7 +27,7 @@ def test_the_builtins_and_an_installed_package_register_through_the_same_entry_p
     assert registered["arithmetic"] == "creditline.envs.arithmetic:ArithmeticEnv"
     assert registered["countdown"] == "creditline_countdown:CountdownEnv"
     assert environment_factory("countdown") is creditline_countdown.CountdownEnv
-    assert set(BUILTIN_ENVIRONMENTS) == {"maze", "arithmetic", "lookup"}
+    assert set(BUILTIN_ENVIRONMENTS) == {"maze", "arithmetic", "lookup", "credit_dial"}
 
 
 def test_a_plugin_environment_runs_by_name_and_by_import_path():
@@ -42,8 +42,8 @@ def test_a_plugin_environment_runs_by_name_and_by_import_path():
 @pytest.mark.parametrize(
     ("name", "why"),
     [
-        ("grid", 'is neither a registered environment (arithmetic, countdown, lookup, maze) nor an import path "package.module:factory"'),
-        ("countdwn", 'is neither a registered environment (arithmetic, countdown, lookup, maze) nor an import path "package.module:factory" (did you mean "countdown"?)'),
+        ("grid", 'is neither a registered environment (arithmetic, countdown, credit_dial, lookup, maze) nor an import path "package.module:factory"'),
+        ("countdwn", 'is neither a registered environment (arithmetic, countdown, credit_dial, lookup, maze) nor an import path "package.module:factory" (did you mean "countdown"?)'),
         ("nopkg.envs:make", "cannot import module 'nopkg.envs': No module named 'nopkg'"),
         ("creditline_countdown:Nope", "creditline_countdown:Nope: no attribute 'Nope'"),
         ("creditline_countdown:MOVES", "creditline_countdown:MOVES is not callable: expected a factory returning an environment"),
