@@ -110,7 +110,8 @@ def _known_experiment(store: LineageStore, name: str) -> None:
 
 def cmd_run(args) -> int:
     config = load_config(args.config, name=args.experiment)
-    first, rounds = (1, config.rounds) if args.rounds is None else _round_range(args.rounds)
+    has = f" (the config has {config.rounds} rounds)"
+    first, rounds = (1, config.rounds) if args.rounds is None else _round_range(args.rounds, has)
     if rounds > config.rounds:
         raise UsageError(f"--rounds {args.rounds}: the config has {config.rounds} rounds")
     store = _store(args.data_root)
@@ -267,7 +268,7 @@ def _round_range(text: str, known: str = "") -> tuple[int, int]:
     except ValueError:
         raise UsageError(f"--rounds {text!r}: expected {ROUNDS_HELP}, e.g. 1..20 or 20") from None
     if low < 1 or high < low:
-        raise UsageError(f"--rounds {text}: need 1 <= A <= B")
+        raise UsageError(f"--rounds {text}: need 1 <= A <= B{known}")
     if high > MAX_ROUNDS:
         raise UsageError(f"--rounds {text}: an experiment has at most {MAX_ROUNDS} rounds{known}")
     return low, high

@@ -198,7 +198,7 @@ CONFIG_CASES = [
         1,
     ),
     ('env.name = "nosuch"', '[env]\nname = "nosuch"\n', ['env.name = "nosuch"', "maze", "import path"], 1),
-    ('rubric = "nosuch"', 'rubric = "nosuch"\n', ['rubric = "nosuch"', '"env"'], 1),
+    ('rubric = "nosuch"', 'rubric = "nosuch"\n', ['rubric = "nosuch"', "env-efficient", "import path"], 1),
     ("rollouts.max_new_tokens = 1e8", "[rollouts]\nmax_new_tokens = 1e8\n", ["rollouts.max_new_tokens"], 1),
     ("unknown top-level key", "colour = 1\n", ["colour = 1", "unknown key"], 1),
     ("unknown key in [rollouts]", "[rollouts]\ngroup_sise = 4\n", ["rollouts.group_sise", "group_size"], 1),

@@ -78,7 +78,7 @@ def test_both_experiments_ran_and_the_same_experiment_twice_at_once_had_one_winn
 
 def test_every_lineage_row_is_there_exactly_once_and_every_file_matches_its_hash(finished):
     data_root, deployment, _ = finished
-    store = LineageStore(load_deployment(deployment).catalog)
+    store = LineageStore(load_deployment(deployment).lineage.catalog, data_root=data_root)
     for experiment in EXPERIMENTS:
         for round_ in (1, 2):
             records = store.artifacts(experiment, round_)
