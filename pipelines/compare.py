@@ -148,7 +148,7 @@ def log_comparison(data_root: str, name: str, members, results, folder: Path) ->
     tracker = deployed_resources(data_root)["tracker"]
     client = tracker.client()
     experiment = f"compare-{name}"
-    experiment_id = tracker._experiment_id(client, experiment)
+    experiment_id = tracker.experiment_id(client, experiment)
     existing = {r.info.run_name: r.info.run_id for r in client.search_runs([experiment_id], max_results=1000)}
     for (estimator, seed), member in members.items():
         result = results[(name, estimator, seed)]

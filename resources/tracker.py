@@ -110,7 +110,9 @@ class TrackerResource(dg.ConfigurableResource):
         # MLflow caches its tracking store per URI: after the first client, a new one costs ~3 ms.
         return mlflow.MlflowClient(tracking_uri=uri)
 
-    def _experiment_id(self, client, experiment: str) -> str:
+    def experiment_id(self, client, experiment: str) -> str:
+        """The MLflow experiment named `experiment` (created with its artifacts under the data root, and
+        tagged for the model-training view), its id."""
         found = client.get_experiment_by_name(experiment)
         if found is not None:
             for key, value in EXPERIMENT_TAGS.items():  # an experiment created before the tags had them
@@ -138,7 +140,7 @@ class TrackerResource(dg.ConfigurableResource):
             _RUN_IDS[key] = recorded
             return recorded
         client = self.client()
-        experiment_id = self._experiment_id(client, experiment)
+        experiment_id = self.experiment_id(client, experiment)
         found = client.search_runs(
             [experiment_id], filter_string=f"tags.`{ROUND_TAG}` = '{tag}'", max_results=1
         )  # created by a process killed before it recorded the id

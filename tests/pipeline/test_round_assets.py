@@ -228,7 +228,7 @@ def test_an_experiment_made_before_the_kind_tag_is_given_it(tmp_path):
     client = tracker.client()
     old = client.create_experiment("made-before")
     assert "mlflow.experimentKind" not in client.get_experiment(old).tags
-    assert tracker._experiment_id(client, "made-before") == old
+    assert tracker.experiment_id(client, "made-before") == old
     assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
 
 
