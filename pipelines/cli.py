@@ -289,10 +289,35 @@ def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
     return list(range(low, high + 1))
 
 
-def _compare(args) -> int:
-    from pipelines.compare import cmd_compare
+def cmd_compare(args) -> int:
+    """Estimators × seeds on one config, each an experiment run as `run` runs it; then the table (see
+    `pipelines.compare`)."""
+    from pipelines.compare import COMPARISON_TAG, member_configs, member_result, round_seconds, write_results
+    from pipelines.instance import get_instance
 
-    return cmd_compare(args)
+    config = load_config(args.config)
+    rounds = args.rounds or config.rounds
+    if not 1 <= rounds <= config.rounds:
+        raise UsageError(f"--rounds {args.rounds}: between 1 and the config's rounds ({config.rounds})")
+    name = args.name or f"{config.name}-compare"
+    estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
+    members = member_configs(config, name, estimators, args.seeds, rounds)
+    store = _store(args.data_root)
+    for member in members.values():  # every member registered before any round runs
+        store.register_experiment(member.name, registration(member, store.experiment_config(member.name)))
+    for (estimator, seed), member in members.items():
+        print(f"compare {name}: {estimator}, seed {seed} ({member.name})", flush=True)
+        if failed := run_experiment(args, store, member, 1, rounds, {COMPARISON_TAG: name}):
+            return failed
+    instance = get_instance(args.data_root)
+    results = {
+        (name, estimator, seed): member_result(store, member, round_seconds(instance, store, member.name))
+        for (estimator, seed), member in members.items()
+    }
+    folder, markdown = write_results(args.data_root, name, members, results, estimators)
+    print(markdown, end="")
+    print(f"wrote {folder / 'table.md'} and curves.png; MLflow experiment 'compare-{name}'")
+    return 0
 
 
 def cmd_rescore(args) -> int:
@@ -1009,7 +1034,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "lineage":
             p.add_argument("--round", type=int, default=None, help="default: the newest round")
             p.add_argument("--wide", action="store_true", help="every detail: parents' hashes, runs, paths")
-    compare = add("compare", _compare, "run estimators × seeds on one experiment config and compare them")
+    compare = add("compare", cmd_compare, "run estimators × seeds on one experiment config and compare them")
     compare.add_argument("--config", default=None, help="the experiment's TOML file (default: the default)")
     compare.add_argument("--estimators", required=True, help="comma-separated, e.g. grpo,gigpo")
     compare.add_argument("--seeds", type=int, default=3, help="seeds per estimator, 0..N-1 (default 3)")

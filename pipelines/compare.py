@@ -99,48 +99,23 @@ def round_seconds(instance, store: LineageStore, experiment: str) -> float:
     return total
 
 
-def cmd_compare(args) -> int:
-    from creditline.config import load_config, registration
-    from pipelines.cli import UsageError, _store, run_experiment
-    from pipelines.instance import get_instance
-
-    config = load_config(args.config)
-    rounds = args.rounds or config.rounds
-    if not 1 <= rounds <= config.rounds:
-        raise UsageError(f"--rounds {args.rounds}: between 1 and the config's rounds ({config.rounds})")
-    name = args.name or f"{config.name}-compare"
-    estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
-    members = member_configs(config, name, estimators, args.seeds, rounds)
-    store = _store(args.data_root)
-    for member in members.values():  # every member registered before any round runs
-        store.register_experiment(member.name, registration(member, store.experiment_config(member.name)))
-    tags = {COMPARISON_TAG: name}
-    for (estimator, seed), member in members.items():
-        print(f"compare {name}: {estimator}, seed {seed} ({member.name})", flush=True)
-        if failed := run_experiment(args, store, member, 1, rounds, tags):
-            return failed
-    instance = get_instance(args.data_root)
-    results = {
-        (name, estimator, seed): member_result(store, member, round_seconds(instance, store, member.name))
-        for (estimator, seed), member in members.items()
-    }
-    folder = Path(args.data_root) / "comparisons" / name
+def write_results(data_root: str, name: str, members, results, estimators: list[str]) -> tuple[Path, str]:
+    """The table, the picture and the per-run results under `comparisons/<name>/`, and the MLflow comparison;
+    (the folder, the table's Markdown)."""
+    folder = Path(data_root) / "comparisons" / name
     markdown = table(results)
-    picture = plot(results, estimators)
     write_bytes_atomic(markdown.encode(), folder / "table.md")
-    write_bytes_atomic(picture, folder / "curves.png")
+    write_bytes_atomic(plot(results, estimators), folder / "curves.png")
     rows = [
         {"estimator": e, "seed": s, "experiment": members[(e, s)].name, **result}
         for (_, e, s), result in results.items()
     ]
     write_bytes_atomic(json.dumps(rows, indent=2).encode(), folder / "runs.json")
-    mlflow_experiment = log_comparison(args.data_root, name, members, results, folder)
-    print(markdown, end="")
-    print(f"wrote {folder / 'table.md'}, {folder / 'curves.png'}; MLflow experiment {mlflow_experiment!r}")
-    return 0
+    log_comparison(data_root, name, members, results, folder)
+    return folder, markdown
 
 
-def log_comparison(data_root: str, name: str, members, results, folder: Path) -> str:
+def log_comparison(data_root: str, name: str, members, results, folder: Path) -> None:
     """The sweep as an MLflow experiment `compare-<name>`: a run per member (held-out success at step = round,
     its budget), created once and reused, and a run with the table and the picture."""
     from resources import deployed_resources
@@ -172,4 +147,3 @@ def log_comparison(data_root: str, name: str, members, results, folder: Path) ->
     client.log_artifact(summary, str(folder / "table.md"))
     client.log_artifact(summary, str(folder / "curves.png"))
     client.set_terminated(summary, "FINISHED")
-    return experiment

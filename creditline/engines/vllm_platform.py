@@ -70,7 +70,7 @@ def weights_problems(folder: Path, value: str, policy_field: str) -> list:
     does not read (truncated, or not safetensors)."""
     from safetensors import safe_open
 
-    from creditline.config.checks import Problem
+    from creditline.config.schema import Problem
 
     files = sorted(folder.glob("*.safetensors"))
     if not files and not any(folder.glob("*.bin")) and not any(folder.glob("*.pt")):
@@ -104,7 +104,7 @@ def vllm_problems(
 ) -> list:
     """Problems of running `initial_policy` on the installed vLLM with the experiment's `rollouts` settings
     (the policy's problems are named as `policy_field`)."""
-    from creditline.config.checks import Problem
+    from creditline.config.schema import Problem
 
     if rollouts.get("engine") != "vllm":
         return []
