@@ -35,6 +35,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from creditline import progress
 from creditline.config import MAX_ROUNDS, ExperimentConfig, load_config, registration
@@ -45,6 +46,9 @@ from creditline.store import LineageStore
 from creditline.store.connection import is_postgres
 from creditline.store.data_root import DATA_ROOT_ENV, default_data_root, open_store
 from pipelines.reachability import check_reachable
+
+if TYPE_CHECKING:
+    from creditline.credit.rubrics import Rubric, RubricGroup
 
 DEFAULT_EXPERIMENT = field_default(ExperimentConfig, "name")
 
@@ -325,6 +329,7 @@ def cmd_rescore(args) -> int:
     import dagster as dg
 
     from assets.partitions import round_key
+    from creditline.store import record_rubrics
     from pipelines import dagster_client
     from pipelines.definitions import RESCORE_JOB
     from pipelines.instance import get_instance
@@ -333,17 +338,22 @@ def cmd_rescore(args) -> int:
 
     store = _store(args.data_root)
     _known_experiment(store, args.experiment)
-    version = _rescore_version(store, args.rubric)
+    version, loaded = _rescore_version(store, args.rubric)
     rounds = _parse_rounds(
         args.rounds, sorted({a.round for a in store.artifacts(args.experiment, kind="steps")})
     )
+    url = dagster_client.dagster_url(args.dagster_url)
+    webserver = dagster_client.is_running(url)
+    if webserver:
+        _require_this_data_root(args, url)
+    # every refusal above; the writes from here on
+    if loaded is not None:  # recorded with the name it was given: the re-score stage loads it again by it
+        record_rubrics(store, {args.rubric: loaded})
     instance = get_instance(args.data_root)
     reclaim_dead(instance, args.data_root, store)  # a killed rescore's run, say: this re-run completes it
     sync_rubric_partitions(instance, store)
     keys = [dg.MultiPartitionKey({"round": round_key(args.experiment, r), "rubric": version}) for r in rounds]
-    url = dagster_client.dagster_url(args.dagster_url)
-    if dagster_client.is_running(url):
-        _require_this_data_root(args, url)
+    if webserver:
         backfill = dagster_client.launch_backfill(
             url,
             [str(k) for k in keys],
@@ -358,16 +368,10 @@ def cmd_rescore(args) -> int:
         if not args.wait:
             return 0
         status = _wait_for_backfill(url, backfill)
+        complete = _print_rescored(store, args.experiment, rounds, version)
         if status != "COMPLETED_SUCCESS":
-            print(
-                f"backfill {backfill} ended {status}: see {url}/overview/backfills/{backfill}",
-                file=sys.stderr,
-            )
-        return (
-            (0 if status == "COMPLETED_SUCCESS" else 1)
-            if _print_rescored(store, args.experiment, rounds, version)
-            else 1
-        )
+            print(f"backfill {backfill} ended {status}: see the link above", file=sys.stderr)
+        return 0 if complete and status == "COMPLETED_SUCCESS" else 1
     for round_, key in zip(rounds, keys, strict=True):
         result = execute_partition(instance, args.data_root, RESCORE_JOB, key, debug=args.debug)
         if not result.success:
@@ -434,12 +438,12 @@ def _correlation(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.3f}"
 
 
-def _rescore_version(store: LineageStore, name: str) -> str:
-    """The version `--rubric` stands for: a rubric's (a built-in, a plugin's or one by import path: loaded,
-    and recorded with the name it was given, so that the re-score stage can load it again by import
-    path), or a rubric version itself (recorded or defined now, its rubric loadable now)."""
+def _rescore_version(store: LineageStore, name: str) -> tuple[str, Rubric | RubricGroup | None]:
+    """The version `--rubric` stands for, and the rubric loaded for it when `name` is a rubric's (a built-in,
+    a plugin's or one by import path; the caller records it), None when `name` is a rubric version itself
+    (recorded or defined now, its rubric loadable now). Reads only."""
     from creditline.credit.rubric_registry import UnknownRubric, load_rubric, rubric_by_version, rubric_target
-    from creditline.store import record_rubrics, rubric_versions
+    from creditline.store import rubric_versions
 
     try:
         rubric_target(name)  # a rubric's name or import path? (imports nothing)
@@ -451,13 +455,12 @@ def _rescore_version(store: LineageStore, name: str) -> str:
             if name in recorded:  # a version scored once, whose rubric is no longer defined
                 raise UsageError(f"--rubric {name!r}: {exc}") from None
             raise UsageError(f"--rubric {name!r} is not a rubric version, and {unknown}") from None
-        return name
+        return name, None
     try:
         rubric = load_rubric(name)
     except UnknownRubric as exc:
         raise UsageError(f"--rubric {name!r}: {exc}") from None
-    record_rubrics(store, {name: rubric})
-    return rubric.version
+    return rubric.version, rubric
 
 
 def _print_report(evaluations) -> None:
