@@ -17,6 +17,7 @@ from creditline.credit.advantages import (
     fill_preset,
     params_hash,
 )
+from creditline.credit.advantages.table import build_step_table
 
 BASE = pd.DataFrame(
     {
@@ -201,6 +202,54 @@ def test_pyarrow_table_and_extra_columns_give_the_same_result(name):
     np.testing.assert_array_equal(compute(name, chunked), expected)
     dictionary = table.set_column(1, "episode_id", table.column("episode_id").dictionary_encode())
     np.testing.assert_array_equal(compute(name, dictionary), expected)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_categorical_ids_with_unused_and_reordered_categories_give_the_same_result(name):
+    """Categoricals are read through their own codes (not hashed again): categories no row uses, in any
+    order, change nothing, bit for bit."""
+    df = random_steps(np.random.default_rng(1), n_groups=4, group_size=5, max_steps=4, discrete=True)
+    df = df.assign(gold_logprob=-np.arange(len(df)) / len(df), model_reward=np.arange(len(df)) / len(df))
+    expected = compute(name, df)
+    ids = ("group_id", "episode_id", "anchor_key")
+    categorical = df.astype({c: "category" for c in ids})
+    np.testing.assert_array_equal(compute(name, categorical), expected)
+    padded = df.astype(
+        {c: pd.CategoricalDtype(["unused", *sorted(df[c].unique(), reverse=True), "zz-unused"]) for c in ids}
+    )
+    np.testing.assert_array_equal(compute(name, padded), expected)
+    coded = build_step_table(padded)  # codes stay dense: the unused categories are left out
+    assert (len(coded.episode_values), coded.n_groups) == (
+        df["episode_id"].nunique(),
+        df["group_id"].nunique(),
+    )
+    table = pa.Table.from_pandas(padded, preserve_index=False)  # dictionary-encoded ids, unused values kept
+    assert pa.types.is_dictionary(table.schema.field("anchor_key").type)
+    np.testing.assert_array_equal(compute(name, table), expected)
+    second = pa.Table.from_pandas(df.iloc[9:], preserve_index=False).cast(
+        table.schema
+    )  # its own dictionaries
+    chunks = pa.concat_tables([table.slice(0, 9), second])
+    assert (
+        not chunks.column("episode_id")
+        .chunk(1)
+        .dictionary.equals(table.column("episode_id").chunk(0).dictionary)
+    )
+    np.testing.assert_array_equal(compute(name, chunks), expected)
+
+
+def test_an_arrow_dictionary_holding_a_value_twice_is_read_by_its_values():
+    expected = compute("gigpo", BASE)
+    repeated = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 3]), pa.array(["a", "a", "b", "c"]))
+    table = pa.Table.from_pandas(BASE, preserve_index=False)
+    table = table.set_column(1, "episode_id", repeated)
+    np.testing.assert_array_equal(compute("gigpo", table), expected)
+
+
+def test_a_null_categorical_id_is_refused_naming_its_row():
+    steps = BASE.assign(episode_id=pd.Categorical(["a", None, "b", "c"], categories=["c", "b", "a", "x"]))
+    with pytest.raises(AdvantageInputError, match=r"'episode_id': null id.*row 1"):
+        compute("gigpo", steps)
 
 
 def test_integer_ids_and_float_step_idx_and_index_labels():

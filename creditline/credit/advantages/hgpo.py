@@ -21,7 +21,9 @@ loses that level; the creditline default keeps it).
 Vectorised: anchors are int codes; the window key of level k is the dense code of
 (key_{k−1}[i], anchor[i−k+1]) over the rows with step_idx ≥ k−1 (rows are sorted by
 (episode, step), so i−k+1 is the same episode). One hash factorisation and one bincount pass
-per level: O(S·(H+1)).
+per level: O(S·(H+1)). A level-k cluster lies inside a level-(k−1) cluster, so a row alone at
+level k−1 is alone at every level after (no signal, skipped): each level keys only the rows that
+shared a cluster at the one before, which leaves every kept cluster and its statistics unchanged.
 """
 
 from __future__ import annotations
@@ -70,13 +72,15 @@ def hgpo(
 
     rows = all_rows  # rows that have a window of length k
     key, n_keys = pair_codes(table.group, table.anchor, n_anchor)  # (S,) level-1 key
+    size = np.full(n_rows, 2)  # (len(rows),) the size of each row's cluster at the level before
     for k in range(1, int(history_length) + 2):
         if k > 1:
-            has_window = table.step_idx[rows] >= k - 1
-            rows = rows[has_window]
+            # rows with a window of length k that shared their level-(k−1) cluster
+            carried = (table.step_idx[rows] >= k - 1) & (size >= 2)
+            rows = rows[carried]
             if rows.size == 0:
                 break
-            key, n_keys = pair_codes(key[has_window], table.anchor[rows - (k - 1)], n_anchor)
+            key, n_keys = pair_codes(key[carried], table.anchor[rows - (k - 1)], n_anchor)
         size = np.bincount(key, minlength=n_keys)[key]  # (len(rows),)
         a = group_zscore(
             returns[rows],

@@ -87,9 +87,12 @@ def _column(steps: Any, name: str) -> Any:
 
 def _factorize(col: Any, name: str, sort: bool) -> tuple[np.ndarray, np.ndarray]:
     """(codes (S,) int64, uniques (K,)); codes follow first appearance, or sorted uniques."""
+    if isinstance(col, pa.ChunkedArray) and pa.types.is_dictionary(col.type):
+        coded = _dictionary_codes(col)
+        if coded is not None:
+            return _checked_codes(*coded, name, sort)
+        col = col.cast(col.type.value_type)  # a dictionary with nulls or repeated values: its values hashed
     if isinstance(col, pa.ChunkedArray):
-        if pa.types.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
         if col.null_count:
             _fail("null id", name, int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0]))
         enc = pc.dictionary_encode(col)
@@ -101,11 +104,37 @@ def _factorize(col: Any, name: str, sort: bool) -> tuple[np.ndarray, np.ndarray]
             rank = pc.rank(dictionary, sort_keys="ascending", tiebreaker="first").to_numpy() - 1
             codes, uniques = rank[codes].astype(np.int64), uniques[np.argsort(rank)]
         return codes, uniques
+    if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy().astype(np.int64)
+        return _checked_codes(codes, np.asarray(col.cat.categories, dtype=object), name, sort)
     codes, uniques = pd.factorize(col, sort=False)
-    codes = np.asarray(codes, dtype=np.int64)
+    return _checked_codes(np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object), name, sort)
+
+
+def _dictionary_codes(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(indices (S,) int64, −1 where null; dictionary (K,)) of a dictionary-encoded Arrow column, its values
+    not hashed again; None when its dictionary holds a null or one value twice (its values must be hashed)."""
+    col = col.unify_dictionaries()
+    if col.num_chunks == 0:
+        return np.zeros(0, np.int64), np.zeros(0, dtype=object)
+    dictionary = col.chunk(0).dictionary
+    if dictionary.null_count or pc.count_distinct(dictionary).as_py() != len(dictionary):
+        return None
+    indices = [chunk.indices.fill_null(-1).to_numpy(zero_copy_only=False) for chunk in col.chunks]
+    codes = np.concatenate(indices).astype(np.int64)
+    return codes, np.asarray(dictionary.to_numpy(zero_copy_only=False), dtype=object)
+
+
+def _checked_codes(
+    codes: np.ndarray, uniques: np.ndarray, name: str, sort: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Codes (S,) −1 where null, of `uniques` (K,): a null refused naming its row; values no row uses left out
+    so that the codes are dense (a categorical's categories, a dictionary's values); sorted if `sort`."""
     if (codes < 0).any():
         _fail("null id", name, int(np.flatnonzero(codes < 0)[0]))
-    uniques = np.asarray(uniques, dtype=object)
+    used = np.bincount(codes, minlength=len(uniques)) > 0  # (K,)
+    if not used.all():
+        codes, uniques = (np.cumsum(used) - 1)[codes], uniques[used]
     if sort and len(uniques):
         perm = _sorting_permutation(uniques)
         rank = np.empty_like(perm)
