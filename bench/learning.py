@@ -143,6 +143,9 @@ BRANCHED: dict[str, dict] = {
 """Estimators that learn from continuations: half the tasks per round, and the other half's most tokens
 (32 tasks × 8 samples × 16 one-token steps = 4,096) as the continuations' budget, so a round samples at most
 the tokens of the others' (compare the table's tokens column too)."""
+OWN_SECTIONS: dict[str, dict] = {"spa": {"reward_model": {"epochs": 16}}}
+"""Estimators' own settings beside the advantages: SPA's progress model is fit 16 passes a round (at the shared
+default of 1 it underfits and SPA learns little; docs/advantages.md, "SPA and PROF: what was wrong")."""
 ADDED_SINCE_RUNS = (
     ("branching", None),
     ("advantages", "sample_filter"),
@@ -174,6 +177,8 @@ def task_config(
     merged["branching"] = {**base.get("branching", {}), **branched.get("branching", {})}
     merged["warm_start"] = {**base["warm_start"], **overrides.get("warm_start", {})}
     merged["advantages"] = asdict(ESTIMATORS[estimator])
+    for section, values in OWN_SECTIONS.get(estimator, {}).items():
+        merged[section] = {**base[section], **values}
     return from_dict(merged)
 
 
