@@ -1,16 +1,22 @@
 """Dagster assets: a round (episodes, steps → scores → reward model → advantages → checkpoint →
-evaluation) and the re-score branch."""
+evaluation) and the re-score branch.
 
+An asset imports the stage code that needs torch or transformers (models, engines, the trainer) inside
+its body, when it runs: loading the definitions (the webserver, the daemon, the code server that every
+sensor tick runs in, each run's process before its first step) imports neither
+(tests/test_import_graph.py)."""
+
+import os
 import warnings
 
 import dagster as dg
-from transformers.utils import logging as transformers_logging
 
 # Partitioned asset checks ("preview") and the multi-to-single partition mapping ("beta")
 # are relied on knowingly.
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # MultiToSingleDimensionPartitionMapping
-transformers_logging.disable_progress_bar()  # no "Loading weights" bars in every run's log
+# no "Loading weights" bars in every run's log: transformers reads this when a stage first imports it
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from assets.advantages import advantages  # noqa: E402
 from assets.checkpoint import checkpoint  # noqa: E402

@@ -10,10 +10,7 @@ from assets.code_version import code_version
 from assets.partitions import ROUNDS
 from assets.stage import Stage, read_checked
 from creditline.credit.advantages import params_hash
-from creditline.credit.credit_plot import credit_episodes, credit_picture, credit_table
-from creditline.credit.reward_model import reward_model_kind
 from creditline.credit.round_advantages import step_advantages
-from creditline.round import with_model_rewards
 from creditline.store import write_bytes_atomic
 from resources import LineageResource, TrackerResource
 
@@ -28,6 +25,10 @@ VERSION = code_version(__name__)
     description="Step-level advantages from the experiment's estimator, one per step row.",
 )
 def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
+    from creditline.credit.credit_plot import credit_episodes, credit_picture, credit_table
+    from creditline.credit.reward_model import reward_model_kind
+    from creditline.round import with_model_rewards
+
     stage = Stage(context, lineage, tracker, "advantages", VERSION)
     settings = stage.config.advantages
     digest = params_hash(settings.estimator, settings.params)

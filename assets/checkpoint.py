@@ -16,11 +16,8 @@ import pandas as pd
 from assets.code_version import code_version
 from assets.partitions import ROUNDS
 from assets.stage import Stage, read_checked
-from assets.train_worker import torchrun_command
 from creditline.engines import release_generation_memory
 from creditline.lineage_chain import parent_checkpoint, parent_record, verify_checkpoint
-from creditline.policy.models import OPTIMIZER_FILE, load_optimizer_state, load_policy, save_policy
-from creditline.round import train_policy
 from resources import EngineResource, LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -97,6 +94,9 @@ def checkpoint(
 def _train(lineage, config, steps, advantages, parent, reference, round_) -> tuple[Path, list[dict]]:
     """The update itself: load the parent, train on the round's rows, save the new folder (not yet
     recorded)."""
+    from creditline.policy.models import load_optimizer_state, load_policy, save_policy
+    from creditline.round import train_policy
+
     release_generation_memory()  # vLLM's weights and KV cache leave the GPU the trainer needs
     model, tokenizer = load_policy(parent.path, config.rollouts.device)
     metrics, optimizer_state = train_policy(
@@ -121,6 +121,9 @@ def _train_under_torchrun(
 
     The workers read the recorded (and just checked) tables and the parent folder themselves; rank 0 writes
     the same checkpoint folder `_train` would and sends the per-update metrics back as a Pipes message."""
+    from assets.train_worker import torchrun_command
+    from creditline.policy.models import OPTIMIZER_FILE
+
     release_generation_memory()
     folder = lineage.checkpoint_dir(config.name, round_)
     optimizer_state = Path(parent.path) / OPTIMIZER_FILE

@@ -9,11 +9,8 @@ import dagster as dg
 from assets.code_version import code_version
 from assets.partitions import ROUNDS
 from assets.stage import Stage
-from creditline.interop.verifiers_evaluation import evaluate_in_verifiers
 from creditline.lineage_chain import verify_checkpoint
 from creditline.plots import success_by_round
-from creditline.policy.models import load_tokenizer
-from creditline.round import evaluate_policy
 from creditline.store import ArtifactRecord, EvaluationRecord, write_bytes_atomic
 from resources import EngineResource, LineageResource, TrackerResource
 
@@ -29,6 +26,10 @@ def _evaluate_policy(
     """Evaluate one checkpoint (None: the stage's round's, as recorded): write its episode table, record it
     and its summary; returns the table's record and the experiment's evaluations up to this round (the
     learning curve so far)."""
+    from creditline.interop.verifiers_evaluation import evaluate_in_verifiers
+    from creditline.policy.models import load_tokenizer
+    from creditline.round import evaluate_policy
+
     config, round_ = stage.config, stage.round
     with stage.reads():
         policy = policy or stage.input("checkpoint")

@@ -21,11 +21,8 @@ import dagster as dg
 from assets.code_version import code_version
 from assets.partitions import ROUNDS
 from assets.stage import Stage, read_checked
-from creditline.credit.reward_model import load_reward_model, reward_model_kind
 from creditline.engines import release_generation_memory
 from creditline.lineage_chain import parent_record, verify_checkpoint
-from creditline.policy.models import load_optimizer_state, load_policy, save_policy
-from creditline.round import fit_reward_model
 from resources import LineageResource, TrackerResource
 
 VERSION = code_version(__name__)
@@ -41,6 +38,10 @@ VERSION = code_version(__name__)
     "nothing for other estimators.",
 )
 def reward_model(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
+    from creditline.credit.reward_model import load_reward_model, reward_model_kind
+    from creditline.policy.models import load_optimizer_state, load_policy, save_policy
+    from creditline.round import fit_reward_model
+
     stage = Stage(context, lineage, tracker, "reward_model", VERSION)
     config, round_ = stage.config, stage.round
     kind = reward_model_kind(config.advantages.estimator)

@@ -14,12 +14,8 @@ import dagster as dg
 from assets.code_version import code_version
 from assets.partitions import ROUNDS
 from assets.stage import Output, Stage
-from creditline.interop.verifiers_import import read_source, record_source, source_tables
 from creditline.interop.verifiers_source import play_with_verifiers, rollout_run
 from creditline.lineage_chain import ensure_initial_policy, parent_record, verify_checkpoint
-from creditline.policy.models import load_tokenizer
-from creditline.rollout.branching import branch_links, branch_summary
-from creditline.round import generate_rollouts
 from creditline.store import ArtifactRecord
 from resources import EngineResource, LineageResource, TrackerResource
 from resources.tracker import check_writable
@@ -54,6 +50,11 @@ def rollouts(
     tracker: TrackerResource,
 ):
     """Play the round's training tasks with the parent checkpoint (round N−1's, or the initial policy)."""
+    from creditline.interop.verifiers_import import read_source, record_source, source_tables
+    from creditline.policy.models import load_tokenizer
+    from creditline.rollout.branching import branch_links, branch_summary
+    from creditline.round import generate_rollouts
+
     stage = Stage(context, lineage, tracker, "rollouts", VERSION)
     experiment, round_, config, store = stage.experiment, stage.round, stage.config, stage.store
     # a tracking store that cannot be written stops the round before its first artifact

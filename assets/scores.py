@@ -6,7 +6,6 @@ from assets.code_version import code_version
 from assets.partitions import ROUNDS
 from assets.stage import Stage, read_checked
 from creditline.credit.rubric_registry import get_rubric
-from creditline.round import score_rollouts
 from creditline.store import record_rubrics
 from resources import LineageResource, TrackerResource
 
@@ -21,6 +20,8 @@ VERSION = code_version(__name__)
     description="Per step row: each rubric criterion, the rubric's step reward and episode total.",
 )
 def scores(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
+    from creditline.round import score_rollouts
+
     stage = Stage(context, lineage, tracker, "scores", VERSION)
     rubric = get_rubric(stage.config.rubric)
     with stage.reads():

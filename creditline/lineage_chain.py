@@ -15,7 +15,6 @@ from pathlib import Path
 
 from creditline.config import ExperimentConfig
 from creditline.errors import CreditlineError
-from creditline.policy.initial_policy import build_initial_policy
 from creditline.store import ArtifactRecord, LineageStore, check_on_disk, hashed_folder
 
 
@@ -31,6 +30,8 @@ def ensure_initial_policy(
     existing = store.initial_policy(config.name)
     if existing is not None:
         return existing
+    from creditline.policy.initial_policy import build_initial_policy  # torch, transformers: only here
+
     try:
         folder, meta = build_initial_policy(config, builtin_folder)
     except FileNotFoundError as exc:

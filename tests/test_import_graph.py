@@ -5,7 +5,8 @@ command pays for everything its process imports. `creditline --help` once took 5
 `creditline.config` reached torch through the step-reward model (issue 26). So importing the CLI and the
 config, and running the commands that only read the catalog (`--help`, `report`, `lineage`, and their
 one-line errors), import none of them; `run`, `rescore`, `verify` and the rounds' stages import them
-where they use them. Each case runs a fresh interpreter under `-X importtime`, which names every module
+where they use them; loading the Dagster definitions imports neither torch nor transformers (the
+assets import their stage code when they run). Each case runs a fresh interpreter under `-X importtime`, which names every module
 the process imported, lazy imports included.
 
 `tests/test_import_contract.py` checks the other side, from the source: which layers may import what at all.
@@ -54,6 +55,15 @@ def test_importing_the_cli_and_the_config_imports_no_model_orchestrator_or_table
     assert result.returncode == 0, result.stderr[-2000:]
     assert roots & (HEAVY | TABLES) == set()
     assert {"pipelines", "creditline", "duckdb"} <= roots  # the check sees what was imported
+
+
+def test_loading_the_dagster_definitions_imports_no_model_library_nor_mlflow():
+    """The webserver, the daemon and the code server (every sensor tick) load the definitions; each run's
+    process loads them before its first step. The stages import torch and transformers when they run."""
+    result, roots = imported_roots("-c", "import pipelines.definitions")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert roots & (HEAVY - {"dagster"}) == set()
+    assert {"dagster", "assets", "pandera"} <= roots  # the check sees what was imported
 
 
 @pytest.fixture(scope="module")

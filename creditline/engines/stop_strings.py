@@ -13,8 +13,10 @@ keep the whole token, as sampled, and only the text is cut.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the watch takes the torch engine's tensors; finding a stop string needs no torch
+    import torch
 
 
 def stop_end(text: str, stop: Sequence[str]) -> int | None:
@@ -49,7 +51,7 @@ class StopStringWatch:
     def hits(self, tokens: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
         """Append this step's `tokens` (B,) to the rows not `finished` (B,); return the rows (B,) bool
         whose text now contains a stop string."""
-        hit = torch.zeros_like(finished)
+        hit = finished.new_zeros(finished.shape)  # (B,) bool
         for row in (~finished).nonzero().flatten().tolist():
             ids = self.rows[row]
             ids.append(int(tokens[row]))

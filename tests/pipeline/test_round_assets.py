@@ -104,7 +104,6 @@ def test_a_round_hashes_each_artifact_once_and_loads_each_model_once(tmp_path, m
     its blocking check, the parent checkpoint (hashed when round 1 wrote it) is trusted on its recorded
     size and mtime, and the parent is loaded by the trainer alone (the rollouts reuse the engine that
     round 1's evaluation loaded)."""
-    import importlib
     from collections import Counter
     from pathlib import Path
 
@@ -122,10 +121,7 @@ def test_a_round_hashes_each_artifact_once_and_loads_each_model_once(tmp_path, m
             loads.append(Path(folder).parent.name)
             return real_load(folder, *args)
 
-        monkeypatch.setattr(policy, "load_policy", counted_load)  # the engines'
-        monkeypatch.setattr(
-            importlib.import_module("assets.checkpoint"), "load_policy", counted_load
-        )  # the trainer's
+        monkeypatch.setattr(policy, "load_policy", counted_load)  # the engines' and the trainer's
         result, store = run_round(tmp_path, "once", 2, instance)
     assert result.success
     round_dir = tmp_path / "once" / "r002"
@@ -171,8 +167,8 @@ def test_no_slow_work_runs_while_the_catalog_is_locked(tmp_path, monkeypatch):
         watched(mlflow.MlflowClient, name)
     persist = importlib.import_module("assets.stage")
     watched(persist, "validate")
-    watched(importlib.import_module("assets.checkpoint"), "train_policy")
-    watched(importlib.import_module("creditline.lineage_chain"), "build_initial_policy")
+    watched(importlib.import_module("creditline.round"), "train_policy")  # the assets import it when they run
+    watched(importlib.import_module("creditline.policy.initial_policy"), "build_initial_policy")
     with dg.instance_for_test() as instance:
         for round_ in (1, 2):
             assert run_round(tmp_path, "unlocked", round_, instance)[0].success
