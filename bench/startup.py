@@ -3,6 +3,8 @@
 Every `creditline` call pays for what its process imports before it does anything: `creditline --help` cost
 5 to 6 s of CPU while `creditline.config` imported torch and transformers through the step-reward model
 (issue 26). The target is under 1 s of wall time for `--help`, `report` and `lineage` on an idle machine.
+"dagster definitions" is what loading the Dagster definitions costs: the webserver, the daemon, the code server
+and every run's process pay it before their first step (the stages import torch when they run).
 
 Each command runs as a whole process, as a user starts it (the venv's `creditline` script beside this Python,
 with this checkout first on `PYTHONPATH`): one untimed run, then `--repeat` timed runs (default 3). A line per
@@ -86,9 +88,10 @@ def main() -> None:
     print(f"best of {args.repeat} wall times; {os.cpu_count()} CPUs, load {load:.2f}; data root {data_root}")
     floor, cpu = best([sys.executable, "-c", "pass"], env, args.repeat)
     print(f"{'python -c pass':<20} {floor:6.3f} s  cpu {cpu:6.3f} s")
-    for command in COMMANDS:
-        wall, cpu = best([*creditline(), *command], env, args.repeat)
-        name = " ".join(["creditline", *command])
+    runs = {" ".join(["creditline", *command]): [*creditline(), *command] for command in COMMANDS}
+    runs["dagster definitions"] = [sys.executable, "-c", "import pipelines.definitions"]
+    for name, argv in runs.items():
+        wall, cpu = best(argv, env, args.repeat)
         print(f"{name:<20} {wall:6.3f} s  cpu {cpu:6.3f} s  {wall / floor:6.1f}x python -c pass")
 
 
