@@ -10,7 +10,8 @@ from assets.code_version import code_version
 from assets.partitions import ROUNDS
 from assets.stage import Stage, read_checked
 from creditline.credit.advantages import params_hash
-from creditline.credit.round_advantages import step_advantages
+from creditline.credit.credit_plot import credit_episodes, credit_picture, credit_table
+from creditline.credit.round_advantages import reads_model_rewards, step_advantages, with_model_rewards
 from creditline.store import write_bytes_atomic
 from resources import LineageResource, TrackerResource
 
@@ -25,10 +26,6 @@ VERSION = code_version(__name__)
     description="Step-level advantages from the experiment's estimator, one per step row.",
 )
 def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource):
-    from creditline.credit.credit_plot import credit_episodes, credit_picture, credit_table
-    from creditline.credit.reward_model import reward_model_kind
-    from creditline.round import with_model_rewards
-
     stage = Stage(context, lineage, tracker, "advantages", VERSION)
     settings = stage.config.advantages
     digest = params_hash(settings.estimator, settings.params)
@@ -36,7 +33,7 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
     with stage.reads():
         episodes, steps, scores = (stage.input(kind) for kind in ("episodes", "steps", "scores"))
         # prime, spa: the step-reward model's values
-        rewards = stage.input("model_rewards") if reward_model_kind(settings.estimator) else None
+        rewards = stage.input("model_rewards") if reads_model_rewards(settings.estimator) else None
         parents = [steps, scores, *([rewards] if rewards else []), *([episodes] if filtered else [])]
         meta = {"estimator": settings.estimator, "params": settings.params, "params_hash": digest}
         if filtered:

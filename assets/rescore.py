@@ -19,7 +19,7 @@ from assets.partitions import ROUNDS, RUBRIC_VERSIONS, parse_round_key
 from assets.stage import Stage, read_checked
 from creditline.credit.advantages import params_hash
 from creditline.credit.rescore import RescoreComparison, compare_rescoring
-from creditline.credit.round_advantages import step_advantages
+from creditline.credit.round_advantages import reads_model_rewards, step_advantages, with_model_rewards
 from creditline.credit.rubric_registry import rubric_by_version
 from creditline.store import record_rubrics, rubric_versions
 from resources import LineageResource, TrackerResource
@@ -75,12 +75,9 @@ def rescored_scores(context: dg.AssetExecutionContext, lineage: LineageResource)
 def rescored_advantages(
     context: dg.AssetExecutionContext, lineage: LineageResource, tracker: TrackerResource
 ):
-    from creditline.credit.reward_model import reward_model_kind
-    from creditline.round import with_model_rewards
-
     stage, version = _stage(context, lineage, tracker)
     settings = stage.config.advantages
-    model_rewards = reward_model_kind(settings.estimator)  # the round's step-reward model (training rubric)
+    model_rewards = reads_model_rewards(settings.estimator)  # the round's step-reward model (training rubric)
     filtered = settings.sample_filter != "none"  # the filter reads the episodes' success
     with stage.reads():
         episodes, steps, rescored = (

@@ -55,7 +55,7 @@ from creditline.config import AdvantageSettings, ExperimentConfig, from_dict, lo
 from creditline.config.checks import ConfigError  # noqa: E402
 from creditline.credit.advantages import available  # noqa: E402
 from creditline.credit.reward_model import load_reward_model, reward_model_kind  # noqa: E402
-from creditline.credit.round_advantages import step_advantages  # noqa: E402
+from creditline.credit.round_advantages import step_advantages, with_model_rewards  # noqa: E402
 from creditline.engines import TorchEngine  # noqa: E402
 from creditline.policy.initial_policy import build_initial_policy  # noqa: E402
 from creditline.policy.models import load_policy  # noqa: E402
@@ -65,7 +65,6 @@ from creditline.round import (  # noqa: E402
     generate_rollouts,
     score_rollouts,
     train_policy,
-    with_model_rewards,
 )
 from creditline.store import config_hash  # noqa: E402
 

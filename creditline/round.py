@@ -15,23 +15,22 @@ The round's tables, one row per step (model call) unless said otherwise:
     advantages  (S rows)  one scalar `advantage` per step and its `completion_length`
 
 Per-token advantages (verifiers PR #941's `completion_advantages`: the step scalar repeated over the
-completion's tokens) are not stored; `with_token_advantages` expands them where they are consumed, when the
-trainer packs its batch or an export writes them. The exception is an imported step whose source assigned
-per-token advantages (verifiers v1 node `advantages`): the steps table keeps them
-(`preset_completion_advantages`), they are the step's `completion_advantages` as they are, and its scalar
-`advantage` is their mean.
+completion's tokens) are not stored; `with_token_advantages` (`creditline.credit.round_advantages`) expands
+them where they are consumed, when the trainer packs its batch or an export writes them. The exception is
+an imported step whose source assigned per-token advantages (verifiers v1 node `advantages`): the steps
+table keeps them (`preset_completion_advantages`), they are the step's `completion_advantages` as they are,
+and its scalar `advantage` is their mean.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from creditline.config import ExperimentConfig
-from creditline.credit.advantages import completion_advantages, input_columns
+from creditline.credit.advantages import input_columns
 from creditline.credit.advantages.igpo import GOLD_COLUMN
 from creditline.credit.advantages.model_reward import MODEL_REWARD_COLUMN
 from creditline.credit.gold_answer import with_gold_logprobs
@@ -43,7 +42,7 @@ from creditline.credit.reward_model import (
     targets,
     train_reward_model,
 )
-from creditline.credit.round_advantages import join_on_step
+from creditline.credit.round_advantages import join_on_step, with_token_advantages
 from creditline.credit.rubric_registry import get_rubric
 from creditline.engines import Engine
 from creditline.ids import derive_seed
@@ -148,34 +147,6 @@ def fit_reward_model(
         }
     )
     return rewards, metrics, state
-
-
-def with_model_rewards(steps: pd.DataFrame, rewards: pd.DataFrame) -> pd.DataFrame:
-    """`steps` plus the `model_reward` column of `fit_reward_model`'s table."""
-    return join_on_step(steps, rewards, [MODEL_REWARD_COLUMN], "model rewards")
-
-
-def with_token_advantages(rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` (with `advantage` and `completion_ids`) plus `completion_advantages`: the step's advantage on
-    each of its completion tokens, (len(completion_ids),) per row (verifiers PR #941). Where `rows` carry
-    an imported step's non-empty `preset_completion_advantages` (the source's per-token credit), those
-    values are its `completion_advantages` unchanged, as long as its `advantage` is their mean (the preset
-    `step_advantages` keeps); an advantage that differs (set by something else) is repeated instead."""
-    lengths = rows["completion_ids"].map(len).to_numpy()
-    advantage = rows["advantage"].to_numpy(dtype=np.float64)  # (S,)
-    per_token = [a.tolist() for a in completion_advantages(advantage, lengths)]
-    if "preset_completion_advantages" in rows:
-        for i, preset in enumerate(rows["preset_completion_advantages"]):
-            if preset is None or isinstance(preset, float) or len(preset) == 0:
-                continue  # the source assigned no per-token credit (NaN: a row of a round without any)
-            if not np.isclose(np.mean(preset), advantage[i], rtol=0, atol=1e-9):
-                continue  # the advantages table overrode the source's credit: its scalar wins
-            if len(preset) != lengths[i]:
-                raise ValueError(
-                    f"row {i}: {len(preset)} preset completion advantages for {lengths[i]} tokens"
-                )
-            per_token[i] = [float(v) for v in preset]
-    return rows.assign(completion_advantages=per_token)
 
 
 def training_rows(steps: pd.DataFrame, advantages: pd.DataFrame) -> pd.DataFrame:

@@ -183,7 +183,7 @@ class AdvantagesTable(pa.DataFrameModel):
     not trained on; `creditline.credit.sample_filter`)."""
     completion_advantages: Series[object] | None
     """Written by rounds before per-token advantages were expanded at pack time
-    (`creditline.round.with_token_advantages`); kept readable, never written now."""
+    (`creditline.credit.round_advantages.with_token_advantages`); kept readable, never written now."""
 
     class Config:
         strict = True

@@ -23,8 +23,7 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
 from creditline.config import AdvantageSettings
-from creditline.credit.round_advantages import join_on_step, step_advantages
-from creditline.round import with_token_advantages
+from creditline.credit.round_advantages import join_on_step, step_advantages, with_token_advantages
 
 GRPO = AdvantageSettings("grpo", {"norm_by_std": True})
 """The trajectory-level baseline every picture compares with."""

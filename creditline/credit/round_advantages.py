@@ -4,7 +4,9 @@ The round's tables are joined one way, on (episode_id, step_idx), one row to one
 advantage of every joined row comes from `estimate`: the estimator over the episodes the sample filter
 keeps, then the source's own advantage wherever an imported step carries one (verifiers' fill-if-None).
 `step_advantages` is the round's advantages table built on it; `creditline advantages` calls `estimate` on a
-user's table, so the command computes what a round computes (tests/core/test_advantages_command.py).
+user's table, so the command computes what a round computes (tests/core/test_advantages_command.py). The
+same joins give the steps their model rewards (`with_model_rewards`) and the advantages their per-token
+form (`with_token_advantages`), for the trainer, the exports and the credit picture.
 
 Nothing here imports torch: the command stays a fraction of a second to start.
 """
@@ -15,7 +17,14 @@ import numpy as np
 import pandas as pd
 
 from creditline.config import AdvantageSettings
-from creditline.credit.advantages import compute, fill_preset, input_columns, params_hash
+from creditline.credit.advantages import (
+    completion_advantages,
+    compute,
+    fill_preset,
+    input_columns,
+    params_hash,
+)
+from creditline.credit.advantages.model_reward import MODEL_REWARD_COLUMN
 from creditline.credit.sample_filter import prof_keep
 
 STEP_KEY = ["episode_id", "step_idx"]
@@ -33,6 +42,39 @@ def join_on_step(left: pd.DataFrame, right: pd.DataFrame, columns: list[str], wh
     if len(joined) != len(left):
         raise ValueError(f"{what} cover {len(joined)} of {len(left)} step rows")
     return joined
+
+
+def reads_model_rewards(estimator: str) -> bool:
+    """True when `estimator` reads a step-reward model's values (prime, spa: the round's `reward_model`)."""
+    return MODEL_REWARD_COLUMN in input_columns(estimator)
+
+
+def with_model_rewards(steps: pd.DataFrame, rewards: pd.DataFrame) -> pd.DataFrame:
+    """`steps` plus the `model_reward` column of `fit_reward_model`'s table (`creditline.round`)."""
+    return join_on_step(steps, rewards, [MODEL_REWARD_COLUMN], "model rewards")
+
+
+def with_token_advantages(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` (with `advantage` and `completion_ids`) plus `completion_advantages`: the step's advantage on
+    each of its completion tokens, (len(completion_ids),) per row (verifiers PR #941). Where `rows` carry
+    an imported step's non-empty `preset_completion_advantages` (the source's per-token credit), those
+    values are its `completion_advantages` unchanged, as long as its `advantage` is their mean (the preset
+    `step_advantages` keeps); an advantage that differs (set by something else) is repeated instead."""
+    lengths = rows["completion_ids"].map(len).to_numpy()
+    advantage = rows["advantage"].to_numpy(dtype=np.float64)  # (S,)
+    per_token = [a.tolist() for a in completion_advantages(advantage, lengths)]
+    if "preset_completion_advantages" in rows:
+        for i, preset in enumerate(rows["preset_completion_advantages"]):
+            if preset is None or isinstance(preset, float) or len(preset) == 0:
+                continue  # the source assigned no per-token credit (NaN: a row of a round without any)
+            if not np.isclose(np.mean(preset), advantage[i], rtol=0, atol=1e-9):
+                continue  # the advantages table overrode the source's credit: its scalar wins
+            if len(preset) != lengths[i]:
+                raise ValueError(
+                    f"row {i}: {len(preset)} preset completion advantages for {lengths[i]} tokens"
+                )
+            per_token[i] = [float(v) for v in preset]
+    return rows.assign(completion_advantages=per_token)
 
 
 def estimate(

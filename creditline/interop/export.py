@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from creditline.config.sampling_settings import round_sampling
-from creditline.credit.round_advantages import join_on_step
+from creditline.credit.round_advantages import join_on_step, with_token_advantages
 from creditline.interop.export_pr941 import (
     played_rollout_fields,
     pr941_records,
@@ -36,7 +36,6 @@ from creditline.interop.export_pr941 import (
 )
 from creditline.interop.export_prime_rl import prime_rl_samples, rollout_files
 from creditline.interop.verifiers_v1 import fill_advantages
-from creditline.round import with_token_advantages
 
 FORMATS = ("pr941", "prime-rl", "verifiers-v1", "prime-rl-rollouts")
 FOLDER_FORMATS = ("prime-rl-rollouts",)

@@ -20,7 +20,7 @@ that were saved (never re-tokenised). `rollout_tables` turns them into the table
   `preset` estimator keeps it and fills the rest (verifiers' fill-if-None);
 - `preset_completion_advantages`: the per-token advantages the source assigned (one per completion token,
   `[]` where it assigned none); such a step's `completion_advantages` are exactly these values, and its
-  `preset_advantage` (so its scalar `advantage`) is their mean (`round.with_token_advantages`);
+  `preset_advantage` (so its scalar `advantage`) is their mean (`round_advantages.with_token_advantages`);
 - `anchor_key`: the hash of the tokens the step added to the context before sampling (the environment's
   reply, or the whole first prompt), so GiGPO's anchor groups compare steps that saw the same reply;
 - `source_components`: the reward's named components and metrics as JSON, scored as

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from creditline.config import AdvantageSettings
-from creditline.credit.round_advantages import join_on_step, step_advantages
-from creditline.round import training_rows, with_token_advantages
+from creditline.credit.round_advantages import join_on_step, step_advantages, with_token_advantages
+from creditline.round import training_rows
 
 
 def _steps(lengths: list[int]) -> pd.DataFrame:
