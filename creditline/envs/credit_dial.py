@@ -28,6 +28,12 @@ The dials:
   success. 0 is success-only (sparse); 1 is a dense per-step reward.
 - `choices`: how many action words are valid (the first `choices` of up, down, left, right); cues use
   only those words.
+- `rule`: what a decisive turn asks. `"word"` (the default): the cue names the answer (`go left 3` →
+  `left`), so one rule, "answer the cue's word", serves every decisive turn, and a policy that finds it has
+  solved them all at once. `"digit"`: the cue is a digit alone (`go 3`) and the answer is the word that
+  digit stands for (`DIGIT_WORDS`, the same for every task and never shown): ten associations, each learnt
+  from the turns that show its digit, so the credit must reach the turn that earned it. A decisive turn then
+  has at most 10 states (its digits).
 
 Random policy: choosing uniformly among the `choices` words at every turn succeeds with probability
 (1/choices)^decisive (`random_success_rate`), and earns on average
@@ -58,6 +64,10 @@ ACTION_WORDS = ("up", "down", "left", "right")
 CUE_DIGITS = tuple(str(d) for d in range(10))
 """The digit beside a cue's word: part of the state, not of the answer."""
 FILLER_TEXT = "go none"
+DIGIT_WORDS = ("left", "up", "right", "down", "up", "left", "down", "right", "left", "up")
+"""Under `rule = "digit"`: the answer to `go D` is `DIGIT_WORDS[D]`, taken modulo `choices` in the action
+words' order (with 2 choices: up for 0, 1, 4, 5, 8, 9 and down for 2, 3, 6, 7)."""
+RULES = ("word", "digit")
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,7 @@ class DialTask:
     decisive_turns: tuple[int, ...]
     """The decisive turns' indices (0-based, increasing)."""
     cue_pools: tuple[tuple[tuple[str, str], ...], ...]
-    """For each decisive turn, its `distinct_states` distinct (word, digit) cues."""
+    """For each decisive turn, its `distinct_states` distinct (answer word, digit) cues."""
 
 
 def random_success_rate(choices: int, decisive: int) -> float:
@@ -75,11 +85,22 @@ def random_success_rate(choices: int, decisive: int) -> float:
     return (1 / choices) ** decisive
 
 
-def task_layout(task: int, horizon: int, decisive: int, distinct_states: int, choices: int) -> DialTask:
+def digit_answer(digit: str, choices: int) -> str:
+    """The answer to the cue `go DIGIT` under `rule = "digit"`."""
+    return ACTION_WORDS[ACTION_WORDS.index(DIGIT_WORDS[int(digit)]) % choices]
+
+
+def task_layout(
+    task: int, horizon: int, decisive: int, distinct_states: int, choices: int, rule: str = "word"
+) -> DialTask:
     """The decisive turns and their cue pools, from a generator seeded by the task id and the dials alone."""
-    rng = random.Random(f"credit_dial:{horizon}:{decisive}:{distinct_states}:{choices}:{task}")
+    seed = f"credit_dial:{horizon}:{decisive}:{distinct_states}:{choices}:{task}"
+    rng = random.Random(seed if rule == "word" else f"{seed}:{rule}")  # the word rule's layouts as before
     turns = tuple(sorted(rng.sample(range(horizon), decisive)))
-    cues = [(word, digit) for word in ACTION_WORDS[:choices] for digit in CUE_DIGITS]
+    if rule == "digit":
+        cues = [(digit_answer(digit, choices), digit) for digit in CUE_DIGITS]
+    else:
+        cues = [(word, digit) for word in ACTION_WORDS[:choices] for digit in CUE_DIGITS]
     pools = tuple(tuple(rng.sample(cues, distinct_states)) for _ in turns)
     return DialTask(decisive_turns=turns, cue_pools=pools)
 
@@ -99,6 +120,7 @@ class CreditDialEnv:
         shaped_share: float = 0.0,
         choices: int = 4,
         invalid_penalty: float = 0.0,
+        rule: str = "word",
     ):
         if not 1 <= horizon <= 100:
             raise ValueError(f"credit_dial horizon must be in 1..100, got {horizon}")
@@ -106,11 +128,13 @@ class CreditDialEnv:
             raise ValueError(f"credit_dial decisive must be in 1..horizon ({horizon}), got {decisive}")
         if not 2 <= choices <= len(ACTION_WORDS):
             raise ValueError(f"credit_dial choices must be in 2..{len(ACTION_WORDS)}, got {choices}")
-        most_states = choices * len(CUE_DIGITS)
+        if rule not in RULES:
+            raise ValueError(f"credit_dial rule must be one of {', '.join(RULES)}, got {rule!r}")
+        most_states = choices * len(CUE_DIGITS) if rule == "word" else len(CUE_DIGITS)
         if not 1 <= distinct_states <= most_states:
+            states = "choices × 10 digits" if rule == "word" else "10 digits"
             raise ValueError(
-                f"credit_dial distinct_states must be in 1..{most_states} (choices × 10 digits), "
-                f"got {distinct_states}"
+                f"credit_dial distinct_states must be in 1..{most_states} ({states}), got {distinct_states}"
             )
         if not 0.0 <= shaped_share <= 1.0:
             raise ValueError(f"credit_dial shaped_share must be in 0..1, got {shaped_share}")
@@ -123,6 +147,13 @@ class CreditDialEnv:
         self.shaped_share = float(shaped_share)
         self.choices = choices
         self.invalid_penalty = float(invalid_penalty)
+        self.rule = rule
+        if rule == "digit":
+            self.instructions = (
+                "Each message is one turn. When it says go and a digit, answer the direction that digit "
+                "stands for; when it says go none, any answer will do. Answer with one word: a direction "
+                "(up, down, left, right)."
+            )
         self._task: DialTask | None = None
         self._cues: dict[int, tuple[str, str]] = {}
         self._turn = 0
@@ -133,7 +164,9 @@ class CreditDialEnv:
         return ACTION_WORDS[: self.choices]
 
     def reset(self, task: int, seed: int) -> Observation:
-        self._task = task_layout(task, self.horizon, self.decisive, self.distinct_states, self.choices)
+        self._task = task_layout(
+            task, self.horizon, self.decisive, self.distinct_states, self.choices, self.rule
+        )
         episode_rng = random.Random(f"credit_dial:{task}:{seed}")
         self._cues = {
             turn: episode_rng.choice(pool)
@@ -182,7 +215,10 @@ class CreditDialEnv:
 
     def _observe(self) -> Observation:
         cue = self._cues.get(self._turn)
-        text = f"go {cue[0]} {cue[1]}" if cue is not None else FILLER_TEXT  # past the end too (unseen)
+        if cue is None:
+            text = FILLER_TEXT  # past the end too (unseen)
+        else:
+            text = f"go {cue[0]} {cue[1]}" if self.rule == "word" else f"go {cue[1]}"
         return Observation(text=text, anchor=f"turn {self._turn} {text}")
 
     def format_example(self, rng: random.Random) -> str:

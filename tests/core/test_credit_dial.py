@@ -11,7 +11,13 @@ from creditline.config import from_dict
 from creditline.config.checks import ConfigError
 from creditline.envs import BUILTIN_ENVIRONMENTS, builtin_vocabulary, make_env
 from creditline.envs.arithmetic import ArithmeticEnv
-from creditline.envs.credit_dial import ACTION_WORDS, CreditDialEnv, random_success_rate, task_layout
+from creditline.envs.credit_dial import (
+    ACTION_WORDS,
+    CreditDialEnv,
+    digit_answer,
+    random_success_rate,
+    task_layout,
+)
 from creditline.envs.maze import MazeEnv
 
 
@@ -32,6 +38,31 @@ def follow_cue(text: str, turn: int) -> str:
     """The perfect policy: the cue's word where there is one, `up` on filler turns."""
     word = text.split()[1]
     return word if word in ACTION_WORDS else "up"
+
+
+def test_the_digit_rule_hides_the_answer_behind_a_digit_the_same_for_every_task():
+    """`rule = "digit"`: a decisive turn shows `go D` alone; the answer is D's word (by hand, 2 choices: up for
+    0, 1, 4, 5, 8, 9; down for 2, 3, 6, 7); the cue's word no longer appears; the word rule's episodes are as
+    before."""
+    assert [digit_answer(str(d), 2) for d in range(10)] == ["up", "up", "down", "down", "up", "up", "down",
+                                                             "down", "up", "up"]  # fmt: skip
+    env = CreditDialEnv(horizon=8, decisive=3, distinct_states=10, choices=2, rule="digit")
+    for task in range(20):
+        right = play(
+            env, task, 1, lambda text, turn: digit_answer(text.split()[1], 2) if text != "go none" else "up"
+        )
+        assert right[-1][1].success
+        cues = [o.text for o, t in right if t.info["decisive"]]
+        assert len(cues) == 3 and all(len(c.split()) == 2 and c.split()[1].isdigit() for c in cues)
+        copied = play(env, task, 1, lambda text, turn: "down" if text == "go none" else "up")
+        expected = all(digit_answer(c.split()[1], 2) == "up" for c in cues)
+        assert copied[-1][1].success == expected  # "up" everywhere wins only where every digit means up
+    assert "digit" in env.instructions and "digit" not in CreditDialEnv().instructions
+    word = CreditDialEnv(horizon=8, decisive=3, distinct_states=4, choices=2)
+    assert task_layout(5, 8, 3, 4, 2) == task_layout(
+        5, 8, 3, 4, 2, "word"
+    )  # the word rule's layouts as before
+    assert play(word, 5, 0, follow_cue)[-1][1].success
 
 
 def test_the_same_task_and_seed_give_the_same_episode():
@@ -181,6 +212,11 @@ def test_random_policy_success_matches_the_formula(choices, decisive):
         ),
         ({"shaped_share": 1.5}, "credit_dial shaped_share must be in 0..1, got 1.5"),
         ({"invalid_penalty": -1.0}, "credit_dial invalid_penalty must be >= 0, got -1.0"),
+        ({"rule": "color"}, "credit_dial rule must be one of word, digit, got 'color'"),
+        (
+            {"rule": "digit", "distinct_states": 11},
+            "credit_dial distinct_states must be in 1..10 (10 digits), got 11",
+        ),
     ],
 )  # fmt: skip
 def test_bad_params_are_refused_in_one_line(params, message):
@@ -197,7 +233,7 @@ def test_an_unknown_param_is_named_with_the_known_ones():
         from_dict({"env": {"name": "credit_dial", "params": {"decisve": 2}}})
     assert caught.value.problems == [
         'env.params = { decisve = 2 }: unknown parameter decisve of environment "credit_dial"; '
-        "known: choices, decisive, distinct_states, horizon, invalid_penalty, shaped_share"
+        "known: choices, decisive, distinct_states, horizon, invalid_penalty, rule, shaped_share"
     ]
 
 
