@@ -21,7 +21,8 @@ all-fail group's returns are then all equal), 40 rounds instead of 20, groups of
 The credit dial (`DIAL_TASKS`, opt-in with `--tasks`): the `credit_dial` environment swept one dial at a time
 around `dial-h8-d2` (8 turns, 2 decisive, one state per decisive turn, success-only reward): `dial-h8-d1`,
 `dial-h8-d4`, `dial-h4-d2`, `dial-h16-d2`, `dial-h8-d2-s4`, `dial-h8-d2-s20`, `dial-h8-d2-shaped`, and under the
-digit rule (the cue a digit whose answer word is learnt) `dial-h8-d2-digit`, `dial-h8-d4-digit`.
+digit rule (the cue a digit whose answer word is learnt) `dial-h8-d2-digit`, `dial-h8-d4-digit`, and the same
+with each mistake shown in the later turns, `dial-h8-d2-digit-shown`, `dial-h8-d4-digit-shown`.
 
 Output in `--out` (default bench/results/): `learning.md` (per task and estimator: final success mean ± 95 %
 CI over seeds, rounds to +0.30 over the initial policy, wall time, episodes and tokens used), `learning.png`
@@ -105,12 +106,16 @@ DIAL_TASKS: dict[str, dict] = {
     "dial-h8-d2-shaped": dial_task(shaped_share=0.5),
     "dial-h8-d2-digit": dial_task(rule="digit"),
     "dial-h8-d4-digit": dial_task(decisive=4, rule="digit"),
+    "dial-h8-d2-digit-shown": dial_task(rule="digit", mistakes_shown=True),
+    "dial-h8-d4-digit-shown": dial_task(decisive=4, rule="digit", mistakes_shown=True),
 }
 """The credit dial swept one dial at a time around `dial-h8-d2` (opt-in, `--tasks`): decisive turns (d1, d4),
 horizon and so filler turns (h4, h16), distinct states per decisive turn, i.e. how rarely anchors recur across
 a group of 8 (s4: about 2 episodes an anchor group; s20: mostly singletons, where GiGPO's step term is 0),
 half of the reward paid per correct decisive step (shaped), and the digit rule (digit): the cue is a digit whose
-answer word must be learnt, not a word to copy, so each decisive turn needs credit of its own."""
+answer word must be learnt, not a word to copy, so each decisive turn needs credit of its own; with the mistakes
+shown (shown: after a wrong answer every later turn shows `go none`), a decisive state's anchor group holds only
+the episodes still on track."""
 SPARSE = {"name": "maze", "params": {**MAZE, "progress_reward": 0.0}}
 DIAGNOSES: dict[str, dict] = {
     "sparse-no-penalty": {

@@ -34,6 +34,12 @@ The dials:
   digit stands for (`DIGIT_WORDS`, the same for every task and never shown): ten associations, each learnt
   from the turns that show its digit, so the credit must reach the turn that earned it. A decisive turn then
   has at most 10 states (its digits).
+- `mistakes_shown`: False (the default): a mistake is not shown, every later turn looks the same on and off
+  track, so a state shared across a group holds episodes that already failed beside ones that have not, and
+  grouping by state (GiGPO's anchors) compares the same returns GRPO compares. True: after a mistake every
+  later turn shows `go none` (the episode can no longer succeed, and says so, as a maze shows the cell a wrong
+  move led to): a decisive state's group then holds only the episodes still on track, whose returns differ
+  by this turn's answer and the later ones alone.
 
 Random policy: choosing uniformly among the `choices` words at every turn succeeds with probability
 (1/choices)^decisive (`random_success_rate`), and earns on average
@@ -121,6 +127,7 @@ class CreditDialEnv:
         choices: int = 4,
         invalid_penalty: float = 0.0,
         rule: str = "word",
+        mistakes_shown: bool = False,
     ):
         if not 1 <= horizon <= 100:
             raise ValueError(f"credit_dial horizon must be in 1..100, got {horizon}")
@@ -148,6 +155,7 @@ class CreditDialEnv:
         self.choices = choices
         self.invalid_penalty = float(invalid_penalty)
         self.rule = rule
+        self.mistakes_shown = bool(mistakes_shown)
         if rule == "digit":
             self.instructions = (
                 "Each message is one turn. When it says go and a digit, answer the direction that digit "
@@ -183,6 +191,8 @@ class CreditDialEnv:
         valid = word in self.action_words
         reward = 0.0 if valid else -self.invalid_penalty
         cue = self._cues.get(self._turn)
+        if self.mistakes_shown and not self._on_track:
+            cue = None  # shown as filler after a mistake: nothing is asked there, nothing paid
         if cue is not None:
             if word == cue[0]:
                 reward += self.shaped_share / self.decisive
@@ -215,7 +225,7 @@ class CreditDialEnv:
 
     def _observe(self) -> Observation:
         cue = self._cues.get(self._turn)
-        if cue is None:
+        if cue is None or (self.mistakes_shown and not self._on_track):
             text = FILLER_TEXT  # past the end too (unseen)
         else:
             text = f"go {cue[0]} {cue[1]}" if self.rule == "word" else f"go {cue[1]}"

@@ -65,6 +65,39 @@ def test_the_digit_rule_hides_the_answer_behind_a_digit_the_same_for_every_task(
     assert play(word, 5, 0, follow_cue)[-1][1].success
 
 
+def test_a_shown_mistake_turns_every_later_turn_into_filler_and_splits_the_anchor_groups():
+    """`mistakes_shown`: after a wrong decisive answer every later turn shows `go none` (anchor too) and pays
+    nothing; before it, and on track, the turns are those of the hidden setting."""
+    kw = {
+        "horizon": 8,
+        "decisive": 3,
+        "distinct_states": 1,
+        "choices": 2,
+        "rule": "digit",
+        "shaped_share": 0.3,
+    }
+    shown, hidden = CreditDialEnv(**kw, mistakes_shown=True), CreditDialEnv(**kw)
+
+    def right(text, turn):
+        return digit_answer(text.split()[1], 2) if text != "go none" else "up"
+
+    for env in (shown, hidden):  # on track: the same episode either way
+        assert [o.text for o, _ in play(env, 7, 0, right)] == [o.text for o, _ in play(hidden, 7, 0, right)]
+    first = task_layout(7, 8, 3, 1, 2, "digit").decisive_turns[0]
+
+    def wrong_first(text, turn):
+        answer = right(text, turn)
+        return ("down" if answer == "up" else "up") if turn == first else answer
+
+    after_shown = play(shown, 7, 0, wrong_first)
+    after_hidden = play(hidden, 7, 0, wrong_first)
+    assert all(o.text == "go none" and o.anchor == f"turn {t} go none" for t, (o, _) in enumerate(after_shown)
+               if t > first)  # fmt: skip
+    assert [o.text for o, _ in after_hidden if o.text != "go none"] and not after_shown[-1][1].success
+    assert sum(t.reward for _, t in after_shown) == 0.0  # the shaped share of later cues is not paid
+    assert sum(t.reward for _, t in after_hidden) == pytest.approx(2 * 0.3 / 3)  # hidden: the later two are
+
+
 def test_the_same_task_and_seed_give_the_same_episode():
     env = CreditDialEnv(horizon=6, decisive=3, distinct_states=4)
     rng = random.Random(0)
@@ -233,7 +266,7 @@ def test_an_unknown_param_is_named_with_the_known_ones():
         from_dict({"env": {"name": "credit_dial", "params": {"decisve": 2}}})
     assert caught.value.problems == [
         'env.params = { decisve = 2 }: unknown parameter decisve of environment "credit_dial"; '
-        "known: choices, decisive, distinct_states, horizon, invalid_penalty, rule, shaped_share"
+        "known: choices, decisive, distinct_states, horizon, invalid_penalty, mistakes_shown, rule, shaped_share"
     ]
 
 
