@@ -6,7 +6,6 @@ its body, when it runs: loading the definitions (the webserver, the daemon, the 
 sensor tick runs in, each run's process before its first step) imports neither
 (tests/test_import_graph.py)."""
 
-import os
 import warnings
 
 import dagster as dg
@@ -15,8 +14,6 @@ import dagster as dg
 # are relied on knowingly.
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # MultiToSingleDimensionPartitionMapping
-# no "Loading weights" bars in every run's log: transformers reads this when a stage first imports it
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from assets.advantages import advantages  # noqa: E402
 from assets.checkpoint import checkpoint  # noqa: E402

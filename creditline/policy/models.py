@@ -8,6 +8,9 @@ round continues the same optimisation; loaders that do not know it ignore it.
 The built-in policy is a tiny Llama initialised at random from a seed, with a word-level tokenizer
 made by the `tokenizers` library from the built-in environments' vocabulary: every action and
 observation word is one token, so a completion of one token is one action.
+
+Loading and saving print no progress bars (transformers' "Loading weights" and "Writing model shards"): a
+round loads and saves several checkpoints, and the bars would fill every run's log and the CLI's output.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+from transformers.utils import logging as transformers_logging
 
 from creditline.envs import builtin_vocabulary
 from creditline.store.files import atomic_directory
+
+transformers_logging.disable_progress_bar()
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 OPTIMIZER_FILE = "optimizer.pt"
