@@ -40,13 +40,17 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
 
 
 def table(results: Results) -> str:
-    """The Markdown table: one row per task and estimator (final success, rounds to +0.30, budget)."""
-    columns = ("task", "estimator", "seeds", "final success (95 % CI)", "rounds to +0.30", "s / run")
-    lines = ["| " + " | ".join((*columns, "episodes", "tokens")) + " |", "|---|---|---|---|---|---|---|---|"]
+    """The Markdown table: one row per task and estimator (final success, mean success over the rounds, rounds
+    to +0.30, budget). The mean over rounds 1..R is the area under the learning curve: it tells apart
+    estimators that all end at the same success but get there at different speeds."""
+    columns = ("task", "estimator", "seeds", "final success (95 % CI)", "mean success, rounds 1–R (95 % CI)")
+    columns = (*columns, "rounds to +0.30", "s / run", "episodes", "tokens")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for task in dict.fromkeys(k[0] for k in results):
         for estimator in dict.fromkeys(k[1] for k in results if k[0] == task):
             runs = [v for k, v in sorted(results.items()) if k[:2] == (task, estimator)]
             final, ci = mean_ci([r["success"][-1] for r in runs])
+            area, area_ci = mean_ci([statistics.mean(r["success"][1:]) for r in runs])
             reached = [n for r in runs if (n := rounds_to_threshold(r["success"])) is not None]
             to_threshold = (
                 f"{statistics.median(reached):g} ({len(reached)}/{len(runs)} seeds)"
@@ -57,8 +61,8 @@ def table(results: Results) -> str:
             episodes = statistics.mean(r["episodes"] for r in runs)
             tokens = statistics.mean(r["tokens"] for r in runs)
             lines.append(
-                f"| {task} | {estimator} | {len(runs)} | {final:.2f} ± {ci:.2f} | {to_threshold} | "
-                f"{seconds:.0f} | {episodes:.0f} | {tokens:.0f} |"
+                f"| {task} | {estimator} | {len(runs)} | {final:.2f} ± {ci:.2f} | {area:.2f} ± {area_ci:.2f} "
+                f"| {to_threshold} | {seconds:.0f} | {episodes:.0f} | {tokens:.0f} |"
             )
     return "\n".join(lines) + "\n"
 

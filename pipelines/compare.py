@@ -12,7 +12,8 @@ from its stored tables and shown beside its success.
 
 Then, in `<data_root>/comparisons/<name>/`:
 
-    table.md     per estimator: final held-out success ± 95 % CI over seeds, rounds to +0.30, budget
+    table.md     per estimator: final held-out success and mean success over the rounds (the area under
+                 the learning curve), each ± 95 % CI over seeds; rounds to +0.30; budget
     curves.png   held-out success by round, mean and 95 % CI band per estimator
     runs.json    the per-run results both are made from (`creditline.comparison`)
 

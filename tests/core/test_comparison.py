@@ -12,10 +12,11 @@ def test_the_table_and_its_statistics_by_hand():
     assert mean == pytest.approx(0.4) and half == pytest.approx(4.303 * 0.2 / 3**0.5)  # t(2) · s / √n
     assert mean_ci([0.7]) == (0.7, 0.0)
     results = {
-        ("t", "a", s): {"success": [0.0, v], "seconds": 10.0, "episodes": 8 + 2 * s, "tokens": 16}
+        ("t", "a", s): {"success": [0.0, v / 2, v], "seconds": 10.0, "episodes": 8 + 2 * s, "tokens": 16}
         for s, v in enumerate([0.2, 0.6])
     }
     (row,) = table(results).splitlines()[2:]
-    # 0.40 ± 12.706 · 0.283 / √2; a branching run's extra episodes count in the mean budget
-    assert row == "| t | a | 2 | 0.40 ± 2.54 | 1 (1/2 seeds) | 10 | 9 | 16 |"
+    # final: 0.40 ± 12.706 · 0.283 / √2; over rounds 1–2: seeds 0.15 and 0.45, 0.30 ± 12.706 · 0.212 / √2;
+    # seed 1 reaches 0.30 at round 1, seed 0 never; a branching run's extra episodes count in the mean budget
+    assert row == "| t | a | 2 | 0.40 ± 2.54 | 0.30 ± 1.91 | 1 (1/2 seeds) | 10 | 9 | 16 |"
     assert plot(results).startswith(b"\x89PNG")
