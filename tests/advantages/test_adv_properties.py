@@ -131,3 +131,33 @@ def test_row_shuffling_changes_nothing(df, random):
             a = compute(name, df, conventions=conventions, **kw)
             b = compute(name, shuffled, conventions=conventions, **kw)
             np.testing.assert_array_equal(b, a[perm], err_msg=f"{name} {conventions}")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    outcomes=st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=8), min_size=1, max_size=4),
+    horizon=st.integers(1, 6),
+    gamma=st.sampled_from([0.5, 0.95, 1.0]),
+)
+def test_anchors_shared_by_the_whole_group_give_step_groups_that_are_the_episode_groups(
+    outcomes, horizon, gamma
+):
+    """When every episode of a group shows the same history-free state at each step (the credit dial with one
+    state per turn and mistakes hidden) and the reward comes at the last step, each anchor group is the whole
+    group, and its discounted returns are γ^(T−1−t)·R: their z-score is R's. So HGPO is GRPO and GiGPO is twice
+    GRPO (episode term + step term, ω = 1): step-level grouping can add nothing (docs/advantages.md)."""
+    rows = [
+        {"group_id": f"g{g}", "episode_id": f"g{g}e{e}", "step_idx": t, "anchor_key": f"g{g} turn {t}",
+         "step_reward": reward if t == horizon - 1 else 0.0, "episode_reward": reward}
+        for g, group in enumerate(outcomes)
+        for e, reward in enumerate(group)
+        for t in range(horizon)
+    ]  # fmt: skip
+    steps = pd.DataFrame(rows)
+    grpo = compute("grpo", steps)
+    np.testing.assert_allclose(
+        compute("hgpo", steps, gamma=gamma), grpo, rtol=1e-4, atol=1e-4
+    )  # the ε terms differ
+    np.testing.assert_allclose(
+        compute("gigpo", steps, gamma=gamma), 2 * grpo, rtol=1e-4, atol=1e-4
+    )  # the ε terms differ
