@@ -86,7 +86,8 @@ def _column(steps: Any, name: str) -> Any:
 
 
 def _factorize(col: Any, name: str, sort: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(codes (S,) int64, uniques (K,)); codes follow first appearance, or sorted uniques."""
+    """(codes (S,) int64, uniques (K,)); codes follow first appearance (a categorical's or an Arrow
+    dictionary's own order: its codes are used as they are), or sorted uniques."""
     if isinstance(col, pa.ChunkedArray) and pa.types.is_dictionary(col.type):
         coded = _dictionary_codes(col)
         if coded is not None:
