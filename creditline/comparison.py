@@ -43,8 +43,10 @@ def table(results: Results) -> str:
     """The Markdown table: one row per task and estimator (final success, mean success over the rounds, rounds
     to +0.30, budget). The mean over rounds 1..R is the area under the learning curve: it tells apart
     estimators that all end at the same success but get there at different speeds."""
-    columns = ("task", "estimator", "seeds", "final success (95 % CI)", "mean success, rounds 1–R (95 % CI)")
-    columns = (*columns, "rounds to +0.30", "s / run", "episodes", "tokens")
+    columns = (
+        *("task", "estimator", "seeds", "final success (95 % CI)", "mean success, rounds 1–R (95 % CI)"),
+        *("rounds to +0.30", "s / run", "episodes", "tokens"),
+    )
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for task in dict.fromkeys(k[0] for k in results):
         for estimator in dict.fromkeys(k[1] for k in results if k[0] == task):
