@@ -190,9 +190,7 @@ class CreditDialEnv:
         word = first_word(action)
         valid = word in self.action_words
         reward = 0.0 if valid else -self.invalid_penalty
-        cue = self._cues.get(self._turn)
-        if self.mistakes_shown and not self._on_track:
-            cue = None  # shown as filler after a mistake: nothing is asked there, nothing paid
+        cue = self._shown_cue()  # None on filler turns: nothing is asked there, nothing paid
         if cue is not None:
             if word == cue[0]:
                 reward += self.shaped_share / self.decisive
@@ -223,9 +221,13 @@ class CreditDialEnv:
         self._cues = dict(cues)
         return self._observe()
 
+    def _shown_cue(self) -> tuple[str, str] | None:
+        """This turn's cue, None on a filler turn, and on every turn after a shown mistake."""
+        return None if self.mistakes_shown and not self._on_track else self._cues.get(self._turn)
+
     def _observe(self) -> Observation:
-        cue = self._cues.get(self._turn)
-        if cue is None or (self.mistakes_shown and not self._on_track):
+        cue = self._shown_cue()
+        if cue is None:
             text = FILLER_TEXT  # past the end too (unseen)
         else:
             text = f"go {cue[0]} {cue[1]}" if self.rule == "word" else f"go {cue[1]}"

@@ -91,7 +91,7 @@ def _factorize(col: Any, name: str, sort: bool) -> tuple[np.ndarray, np.ndarray]
     if isinstance(col, pa.ChunkedArray) and pa.types.is_dictionary(col.type):
         coded = _dictionary_codes(col)
         if coded is not None:
-            return _checked_codes(*coded, name, sort)
+            return _checked_codes(*coded, name, sort, dense=False)
         col = col.cast(col.type.value_type)  # a dictionary with nulls or repeated values: its values hashed
     if isinstance(col, pa.ChunkedArray):
         if col.null_count:
@@ -107,9 +107,11 @@ def _factorize(col: Any, name: str, sort: bool) -> tuple[np.ndarray, np.ndarray]
         return codes, uniques
     if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):
         codes = col.cat.codes.to_numpy().astype(np.int64)
-        return _checked_codes(codes, np.asarray(col.cat.categories, dtype=object), name, sort)
+        uniques = np.asarray(col.cat.categories, dtype=object)
+        return _checked_codes(codes, uniques, name, sort, dense=False)
     codes, uniques = pd.factorize(col, sort=False)
-    return _checked_codes(np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object), name, sort)
+    codes, uniques = np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object)
+    return _checked_codes(codes, uniques, name, sort, dense=True)
 
 
 def _dictionary_codes(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -127,14 +129,15 @@ def _dictionary_codes(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | N
 
 
 def _checked_codes(
-    codes: np.ndarray, uniques: np.ndarray, name: str, sort: bool
+    codes: np.ndarray, uniques: np.ndarray, name: str, sort: bool, *, dense: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Codes (S,) −1 where null, of `uniques` (K,): a null refused naming its row; values no row uses left out
-    so that the codes are dense (a categorical's categories, a dictionary's values); sorted if `sort`."""
+    """Codes (S,), −1 where null, of `uniques` (K,): a null refused naming its row; unless `dense` (a hash
+    factorisation's codes are), the values no row uses are left out so that the codes are dense (a
+    categorical's categories, a dictionary's values); sorted if `sort`."""
     if (codes < 0).any():
         _fail("null id", name, int(np.flatnonzero(codes < 0)[0]))
-    used = np.bincount(codes, minlength=len(uniques)) > 0  # (K,)
-    if not used.all():
+    used = None if dense else np.bincount(codes, minlength=len(uniques)) > 0  # (K,)
+    if used is not None and not used.all():
         codes, uniques = (np.cumsum(used) - 1)[codes], uniques[used]
     if sort and len(uniques):
         perm = _sorting_permutation(uniques)
