@@ -186,7 +186,10 @@ def _run_round(
             debug=args.debug,
         )
     except RoundInterrupted:
-        close_round_tracking(args.data_root, experiment, round_, "KILLED")
+        try:
+            close_round_tracking(args.data_root, experiment, round_, "KILLED")
+        except Exception as exc:  # the interrupt is what to report; the re-run's round takes its runs over
+            print(f"its MLflow runs were not closed: {_first_line(exc)}", file=sys.stderr)
         raise
     finally:
         progress.install(previous)
@@ -213,9 +216,7 @@ def _round_failed(args, experiment: str, round_: int, result) -> int:
     try:
         close_round_tracking(args.data_root, experiment, round_, "FAILED")
     except Exception as exc:  # e.g. a tracking store that cannot be written, which the step's line names
-        lines.append(
-            f"its MLflow runs were not closed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
-        )
+        lines.append(f"its MLflow runs were not closed: {_first_line(exc)}")
     run = f"dagster run {result.run_id[:8]}"
     if stopped_by_checks(result):
         raise RoundStopped("\n".join([f"round {round_} stopped before training ({run}):", *lines]))
@@ -1112,8 +1113,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _first_line(exc: BaseException) -> str:
+    """`Class: the first line of its message`, for one-line reports."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+INTERRUPTED = "interrupted: a round left incomplete is completed by `creditline run` again"
+
+
+def _raised_by_an_interrupt(exc: BaseException) -> bool:
+    """True when `exc` stands for Ctrl-C or SIGTERM: DuckDB, for one, turns an interrupt raised while a query
+    runs into `RuntimeError('Query interrupted')`, caused by the KeyboardInterrupt."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _quiet_unraisable(unraisable) -> None:
@@ -1150,7 +1172,7 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 141  # what a process killed by SIGPIPE returns, as `yes | head` does
     except KeyboardInterrupt:
-        print("interrupted: a round left incomplete is completed by `creditline run` again", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     except CreditlineError as exc:  # a failure the user can fix: its message alone
         if args.debug:
@@ -1159,6 +1181,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {line}", file=sys.stderr)
         return 2
     except Exception as exc:
+        if _raised_by_an_interrupt(exc):
+            print(INTERRUPTED, file=sys.stderr)
+            return 130
         if args.debug:
             raise
         first = (str(exc).splitlines() or [""])[0]

@@ -161,7 +161,14 @@ def hold_lease(store: LineageStore, experiment: str, heartbeat_s: float = HEARTB
     thread.start()
     try:
         yield lease
-    finally:
+    except BaseException:
         stop.set()
         thread.join(timeout=5)
-        release_lease(store, lease)
+        # what ended the block (an interrupt, a failed round) is what the caller reports; a release that fails
+        # now costs nothing lasting, since the next run reclaims a dead holder's lease
+        with contextlib.suppress(Exception):
+            release_lease(store, lease)
+        raise
+    stop.set()
+    thread.join(timeout=5)
+    release_lease(store, lease)

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from creditline.config import ExperimentConfig
@@ -46,3 +47,38 @@ def test_every_command_and_flag_says_what_it_is():
                 continue
             assert action.help, f"creditline {name} {'/'.join(action.option_strings) or action.dest}"
     assert all(a.help for a in parser._actions if not isinstance(a, argparse._SubParsersAction))
+
+
+QUERY_INTERRUPTED = """
+import sys
+import duckdb
+import pipelines.cli as cli
+
+def report(args):  # a command whose main thread is inside a DuckDB query when the signal lands
+    con = duckdb.connect()
+    print("querying", flush=True)
+    con.execute("SELECT sum(hash(range)) FROM range(500000000)").fetchall()  # 2-4 s on this machine
+    return 0
+
+cli.cmd_report = report
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_inside_a_duckdb_query_ends_as_an_interrupt(tmp_path):
+    """DuckDB turns the KeyboardInterrupt that SIGTERM raises mid-query into `RuntimeError('Query interrupted')`;
+    the CLI still ends with its one interrupt line and 130, not "unexpected RuntimeError" and 1."""
+    import signal
+
+    from pipelines.cli import INTERRUPTED
+
+    command = [sys.executable, "-c", QUERY_INTERRUPTED, "--data-root", str(tmp_path), "report"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == "querying\n"
+        time.sleep(0.5)  # into the query (DuckDB finishes an interrupted query before the process can exit)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert (process.returncode, err.splitlines()) == (130, [INTERRUPTED])

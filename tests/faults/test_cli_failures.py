@@ -74,7 +74,7 @@ def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_complet
         assert process.poll() is None, process.stderr.read()
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=300)
-    assert process.returncode == 130
+    assert process.returncode == 130, err
     assert err.splitlines() == INTERRUPTED
     assert 2 not in round_commits(store, "term")  # no round starts after the signal
     _rerun_completes(run, tmp_path)

@@ -74,6 +74,35 @@ def test_hold_lease_heartbeats_and_releases(tmp_path):
     assert lease_holder(store, "exp") is None
 
 
+LOCK_FILE = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])  # another process holds the catalog file open, so it is locked
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_interrupt_inside_the_block_is_not_masked_by_a_release_that_fails(tmp_path):
+    """Ctrl-C ends the block while another process holds the catalog: the release fails (locked), and the
+    caller still sees the interrupt, not the lock error; the lease is left for the next run to reclaim."""
+    from creditline.store.connection import RetryPolicy
+
+    path = tmp_path / "lineage.duckdb"
+    store = LineageStore(path, retry=RetryPolicy(timeout_s=0.3))
+    locker = None
+    try:
+        with pytest.raises(KeyboardInterrupt), hold_lease(store, "exp", heartbeat_s=60):
+            locker = subprocess.Popen([sys.executable, "-c", LOCK_FILE, str(path)], stdout=subprocess.PIPE,
+                                      text=True)  # fmt: skip
+            assert locker.stdout.readline() == "locked\n"
+            raise KeyboardInterrupt
+    finally:
+        if locker is not None:
+            locker.kill()
+            locker.wait()
+    assert store.fetchone("SELECT holder FROM leases WHERE experiment = 'exp'") == (str(this_process()),)
+
+
 def test_a_stale_heartbeat_from_another_host_is_taken_over(tmp_path):
     store = LineageStore(tmp_path / "lineage.duckdb")
     store.execute("INSERT INTO leases VALUES ('exp', 'elsewhere:1:1', now() - INTERVAL 2 MINUTE, "
