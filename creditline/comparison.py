@@ -69,9 +69,15 @@ def table(results: Results) -> str:
     return "\n".join(lines) + "\n"
 
 
+def line_style(index: int) -> tuple[str, str]:
+    """(colour, line style) of the `index`-th estimator: matplotlib's ten cycle colours solid, then the same
+    colours dashed, then dotted (distinct for the first 30)."""
+    return f"C{index % 10}", ("-", "--", ":")[index // 10 % 3]
+
+
 def plot(results: Results, colours: Sequence[str] = ()) -> bytes:
     """PNG: held-out success by round, mean and 95 % CI band per estimator, a panel per task. `colours`
-    orders the estimators for their colours (one colour per estimator in every panel)."""
+    orders the estimators for their colours (one colour and line style per estimator in every panel)."""
     from creditline.plots import plt
 
     tasks = list(dict.fromkeys(k[0] for k in results))
@@ -90,8 +96,8 @@ def plot(results: Results, colours: Sequence[str] = ()) -> bytes:
             curves = [v["success"] for k, v in sorted(results.items()) if k[:2] == (task, estimator)]
             by_round = [mean_ci([c[r] for c in curves]) for r in range(min(map(len, curves)))]
             mean = [m for m, _ in by_round]
-            colour = f"C{order.index(estimator) % 10}"
-            axis.plot(range(len(mean)), mean, label=estimator, linewidth=1.4, color=colour)
+            colour, style = line_style(order.index(estimator))
+            axis.plot(range(len(mean)), mean, label=estimator, linewidth=1.4, color=colour, linestyle=style)
             low_band, high_band = [m - h for m, h in by_round], [m + h for m, h in by_round]
             axis.fill_between(range(len(mean)), low_band, high_band, alpha=0.15, color=colour)
         low, high = min(seeds.values()), max(seeds.values())

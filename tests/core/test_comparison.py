@@ -2,7 +2,7 @@
 
 import pytest
 
-from creditline.comparison import mean_ci, plot, rounds_to_threshold, table
+from creditline.comparison import line_style, mean_ci, plot, rounds_to_threshold, table
 
 
 def test_the_table_and_its_statistics_by_hand():
@@ -20,3 +20,13 @@ def test_the_table_and_its_statistics_by_hand():
     # seed 1 reaches 0.30 at round 1, seed 0 never; a branching run's extra episodes count in the mean budget
     assert row == "| t | a | 2 | 0.40 ± 2.54 | 0.30 ± 1.91 | 1 (1/2 seeds) | 10 | 9 | 16 |"
     assert plot(results).startswith(b"\x89PNG")
+
+
+def test_every_registered_estimator_gets_its_own_line_in_the_plot():
+    """Fourteen estimators (and their variants) on one panel: no two share a colour and a line style (tab10
+    alone gives gigpo and the eleventh estimator the same blue)."""
+    from creditline.credit.advantages.registry import available
+
+    styles = [line_style(i) for i in range(len(available()) + 3)]  # and the learning bench's three variants
+    assert len(set(styles)) == len(styles) > 10
+    assert line_style(0) == ("C0", "-") and line_style(10) == ("C0", "--")
