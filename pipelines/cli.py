@@ -1126,12 +1126,13 @@ INTERRUPTED = "interrupted: a round left incomplete is completed by `creditline 
 
 
 def _raised_by_an_interrupt(exc: BaseException) -> bool:
-    """True when `exc` stands for Ctrl-C or SIGTERM: DuckDB, for one, turns an interrupt raised while a query
-    runs into `RuntimeError('Query interrupted')`, caused by the KeyboardInterrupt."""
+    """True when `exc` stands for Ctrl-C or SIGTERM (a KeyboardInterrupt, or Dagster's own interrupt inside a
+    step): DuckDB, for one, turns an interrupt raised while a query runs into `RuntimeError('Query
+    interrupted')`, caused by the interrupt."""
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt):
+        if isinstance(error, KeyboardInterrupt) or type(error).__name__ == "DagsterExecutionInterruptedError":
             return True
         seen.add(id(error))
         error = error.__cause__ or error.__context__

@@ -80,9 +80,27 @@ def execute_partition(
                 tags=tags,
                 raise_on_error=False,
             )
-    if seen:
+    if seen or _stopped_by_an_interrupt(result):
         raise RoundInterrupted(result.run_id)
     return result
+
+
+INTERRUPT_CLASSES = ("KeyboardInterrupt", "DagsterExecutionInterruptedError")
+
+
+def _stopped_by_an_interrupt(result) -> bool:
+    """True when a failed step's error, or one that caused it, is an interrupt: Dagster raises its own
+    inside a step on Ctrl-C or SIGTERM, and a library may wrap it (DuckDB's `RuntimeError('Query
+    interrupted')`). The signals themselves are seen through the wakeup pipe; this is what the run recorded
+    of them."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            while error is not None:
+                if error.cls_name in INTERRUPT_CLASSES:
+                    return True
+                error = error.cause or error.context
+    return False
 
 
 class RoundInterrupted(KeyboardInterrupt):

@@ -114,3 +114,25 @@ def test_a_round_failed_step_is_expected_when_its_class_is_a_creditline_error():
     failures = [ChangedInputError("changed"), SourceError("f", "json", "bad"), ValueError("bug")]
     result = SimpleNamespace(all_events=[_step_failure(exc) for exc in failures])
     assert expected_failures(result) == {"ChangedInputError"}
+
+
+def test_a_step_stopped_by_an_interrupt_that_a_library_wrapped_is_an_interrupted_round():
+    """SIGTERM inside a step's DuckDB query: Dagster raises its interrupt there, DuckDB turns it into a
+    RuntimeError; the run's record of it makes the round interrupted, as the signal itself does."""
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
+    from pipelines.round_runner import _stopped_by_an_interrupt
+
+    def wrapped() -> RuntimeError:
+        try:
+            raise DagsterExecutionInterruptedError()
+        except DagsterExecutionInterruptedError as interrupt:
+            error = RuntimeError("Query interrupted")
+            error.__cause__ = interrupt
+            return error
+
+    assert _stopped_by_an_interrupt(SimpleNamespace(all_events=[_step_failure(wrapped())]))
+    assert _stopped_by_an_interrupt(
+        SimpleNamespace(all_events=[_step_failure(DagsterExecutionInterruptedError())])
+    )
+    assert not _stopped_by_an_interrupt(SimpleNamespace(all_events=[_step_failure(RuntimeError("a bug"))]))
