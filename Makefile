@@ -21,7 +21,7 @@ UI_PORT ?= 3000
 MLFLOW_PORT ?= 5000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test test-fast servers ui mlflow bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup lint install install-test clean
+.PHONY: run test test-fast servers ui mlflow bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup bench-sqlite lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -140,6 +140,9 @@ bench-rollout: install-test
 
 bench-startup: install
 	$(BIN)/python bench/startup.py
+
+bench-sqlite: install
+	$(BIN)/python bench/sqlite_commits.py
 
 lint: install-test
 	$(BIN)/ruff check .
