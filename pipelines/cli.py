@@ -1123,6 +1123,8 @@ def _interrupt(signum, frame):
 
 
 INTERRUPTED = "interrupted: a round left incomplete is completed by `creditline run` again"
+DAGSTER_INTERRUPT = "DagsterExecutionInterruptedError"
+"""What Dagster raises in a step on Ctrl-C or SIGTERM (named: the CLI starts without importing Dagster)."""
 
 
 def _raised_by_an_interrupt(exc: BaseException) -> bool:
@@ -1132,7 +1134,7 @@ def _raised_by_an_interrupt(exc: BaseException) -> bool:
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt) or type(error).__name__ == "DagsterExecutionInterruptedError":
+        if isinstance(error, KeyboardInterrupt) or type(error).__name__ == DAGSTER_INTERRUPT:
             return True
         seen.add(id(error))
         error = error.__cause__ or error.__context__
@@ -1144,7 +1146,7 @@ def _quiet_unraisable(unraisable) -> None:
     "Exception ignored"; the interrupt is not lost (`round_runner` sees the signal), so stay quiet.
     While a run executes, Dagster's own handler raises its `DagsterExecutionInterruptedError`."""
     exc = unraisable.exc_value
-    if not (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "DagsterExecutionInterruptedError"):
+    if not (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == DAGSTER_INTERRUPT):
         sys.__unraisablehook__(unraisable)
 
 
@@ -1187,11 +1189,8 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         if args.debug:
             raise
-        first = (str(exc).splitlines() or [""])[0]
-        print(
-            f"error: {type(exc).__name__}: {first} (unexpected: run again with --debug for the traceback)",
-            file=sys.stderr,
-        )
+        unexpected = "(unexpected: run again with --debug for the traceback)"
+        print(f"error: {_first_line(exc)} {unexpected}", file=sys.stderr)
         return 1
 
 
