@@ -13,7 +13,11 @@ rows and is extrapolated linearly in rows (memory and time are affine in rows at
 m(8) = m(1) + 7·(m(2) − m(1)). The new path runs at the full size. Before timing, both paths are
 checked equal on a small case (loss and every gradient, to 1e-5).
 
-    .venv/bin/python bench/trainer.py [--rows 8] [--prompt 768] [--completion 256] [--vocab 151936]
+On a CUDA device (`--device cuda`) both paths run at the full size, under the bf16 autocast the trainer uses
+there; peak memory is the growth of `torch.cuda.max_memory_allocated` during the second step, its time
+measured between two synchronisations.
+
+    .venv/bin/python bench/trainer.py [--rows 8] [--prompt 768] [--completion 256] [--vocab 151936] [--device cuda]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 import torch
@@ -58,8 +63,15 @@ def build_batch(rows: int, prompt: int, completion: int, vocab: int) -> PackedBa
 
 
 def full_vocab_step(model, batch: PackedBatch, optimizer, config: TrainConfig) -> float:
-    """The trainer's update before completion-only log-probs: every position's logits, then the mask."""
-    logp, _ = full_vocab_logprobs(model, batch.input_ids, batch.attention_mask, 1.0)
+    """The trainer's update before completion-only log-probs: every position's logits, then the mask (on CUDA
+    under the trainer's bf16 autocast)."""
+    device = next(model.parameters()).device
+    moved = {f.name: getattr(batch, f.name) for f in fields(batch) if getattr(batch, f.name) is not None}
+    batch = replace(batch, **{name: tensor.to(device) for name, tensor in moved.items()})
+    with torch.autocast(
+        "cuda", dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
+    ):  # as train
+        logp, _ = full_vocab_logprobs(model, batch.input_ids, batch.attention_mask, 1.0)
     terms, _ = clipped_pg_terms(logp[batch.completion_mask], batch.old_logprobs[batch.completion_mask],
                                 batch.advantages[batch.completion_mask], config.clip_eps)  # fmt: skip
     loss = terms.mean()
@@ -73,10 +85,10 @@ def full_vocab_step(model, batch: PackedBatch, optimizer, config: TrainConfig) -
 STEP_CONFIG = TrainConfig(learning_rate=1e-4, epochs=1, minibatches=1)
 
 
-def child(path: str, rows: int, prompt: int, completion: int, vocab: int) -> None:
+def child(path: str, rows: int, prompt: int, completion: int, vocab: int, device: str = "cpu") -> None:
     """Measure one step of `path` ("chunked" or "full") in this fresh process; print one JSON line."""
     torch.set_num_threads(2)
-    model = build_model(vocab, prompt + completion)
+    model = build_model(vocab, prompt + completion).to(device)
     batch = build_batch(rows, prompt, completion, vocab)
     optimizer = torch.optim.AdamW(model.parameters(), lr=STEP_CONFIG.learning_rate)
 
@@ -87,13 +99,23 @@ def child(path: str, rows: int, prompt: int, completion: int, vocab: int) -> Non
             train(model, batch, STEP_CONFIG, temperature=1.0, seed=0, optimizer_state=optimizer.state_dict())
 
     step()  # warm-up: first-call allocations and the optimiser state are not the step's cost
-    Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident set (VmHWM)
-    before = _status_kb("VmRSS")
-    start = time.perf_counter()
-    step()
-    seconds = time.perf_counter() - start
-    peak = _status_kb("VmHWM") - before
-    print(json.dumps({"path": path, "rows": rows, "peak_mb": peak / 1024, "seconds": seconds}))
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        peak_mb = (torch.cuda.max_memory_allocated() - before) / 2**20
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident set (VmHWM)
+        before = _status_kb("VmRSS")
+        start = time.perf_counter()
+        step()
+        seconds = time.perf_counter() - start
+        peak_mb = (_status_kb("VmHWM") - before) / 1024
+    print(json.dumps({"path": path, "rows": rows, "peak_mb": peak_mb, "seconds": seconds}))
 
 
 def _status_kb(field: str) -> int:
@@ -120,7 +142,7 @@ def check_equal(vocab: int) -> tuple[float, float]:
 
 def measure(path: str, rows: int, args) -> dict:
     command = [sys.executable, __file__, "--child", path, "--rows", str(rows), "--prompt", str(args.prompt),
-               "--completion", str(args.completion), "--vocab", str(args.vocab)]  # fmt: skip
+               "--completion", str(args.completion), "--vocab", str(args.vocab), "--device", args.device]  # fmt: skip
     out = subprocess.run(
         command, capture_output=True, text=True, check=True, env=os.environ | {"OMP_NUM_THREADS": "2"}
     )
@@ -133,10 +155,13 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=768)
     parser.add_argument("--completion", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=151_936)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--child", choices=["full", "chunked"])
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.rows, args.prompt, args.completion, args.vocab)
+        return child(args.child, args.rows, args.prompt, args.completion, args.vocab, args.device)
+    if args.device == "cuda":
+        return main_cuda(args)
     torch.set_num_threads(2)
     loss_diff, grad_diff = check_equal(args.vocab)
     print(f"small case (2 rows × 64 tokens, vocabulary {args.vocab:,}): |Δloss| = {loss_diff:.1e}, "
@@ -156,6 +181,21 @@ def main() -> None:
         )
     print(f"peak memory: {extrapolate['peak_mb'] / new['peak_mb']:.1f}× less")
     print(f"tokens/s: {extrapolate['seconds'] / new['seconds']:.1f}× more")
+
+
+def main_cuda(args) -> None:
+    """Both paths at the full size on the GPU, side by side."""
+    tokens = args.prompt + args.completion
+    full, new = measure("full", args.rows, args), measure("chunked", args.rows, args)
+    print(f"one training step, {args.rows} rows × {tokens} tokens ({args.completion} completion), "
+          f"vocabulary {args.vocab:,}, {torch.cuda.get_device_name()}, bf16 autocast")  # fmt: skip
+    print(f"  {'path':<44} {'peak MB':>9} {'seconds':>8} {'tokens/s':>9}")
+    for name, row in [("full vocabulary", full), ("completion-only chunked", new)]:
+        print(
+            f"  {name:<44} {row['peak_mb']:>9.0f} {row['seconds']:>8.3f} {args.rows * tokens / row['seconds']:>9.0f}"
+        )
+    print(f"peak GPU memory: {full['peak_mb'] / new['peak_mb']:.1f}× less")
+    print(f"tokens/s: {full['seconds'] / new['seconds']:.1f}× more")
 
 
 if __name__ == "__main__":
