@@ -6,7 +6,11 @@ functions: generate, score, fit the progress model, advantages, train) for `--ro
 round the mean model reward ĉ_t and the mean advantage A_t of four kinds of steps: decisive or filler turns
 (`creditline.envs.credit_dial.task_layout`), of successful or failed episodes.
 
-    .venv/bin/python bench/spa_credit.py --task dial-h8-d2 --seed 4 [--rounds 1]
+`--baseline group-turn` is an experiment, not an estimator of the registry: it replaces SPA's advantage by
+ĉ_t standardised within the step's (group, turn), (ĉ_t − mean) / (std + 1e-6) over the group's episodes at
+that turn (0 where they all agree), a state-dependent baseline in place of the round's mean, and trains on that.
+
+    .venv/bin/python bench/spa_credit.py --task dial-h8-d2 --seed 4 [--rounds 1] [--baseline group-turn]
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def main() -> None:
     parser.add_argument("--task", default="dial-h8-d2", choices=sorted(DIAL_TASKS))
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--baseline", default="round", choices=["round", "group-turn"])
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = task_config(args.task, "spa", args.seed, quick=False)
@@ -61,6 +66,8 @@ def main() -> None:
                                                           tables.steps, scores, config, round_, fit_state)  # fmt: skip
         steps = with_model_rewards(tables.steps, rewards)
         advantages = step_advantages(steps, scores, config.advantages, tables.episodes)
+        if args.baseline == "group-turn":
+            advantages = _within_group_and_turn(advantages, steps)
         rows = steps.merge(tables.episodes[["episode_id", "success"]], on="episode_id").merge(
             advantages[["episode_id", "step_idx", "advantage"]], on=["episode_id", "step_idx"]
         )
@@ -84,6 +91,19 @@ def main() -> None:
         for (episode, turn), row in table.iterrows():
             print(f"  {episode:>9} episode, {turn:>8} turn: {int(row[('model_reward', 'size')]):5d} steps, "
                   f"model reward {row[('model_reward', 'mean')]:+.3f}, advantage {row[('advantage', 'mean')]:+.2f}")  # fmt: skip
+
+
+def _within_group_and_turn(advantages, steps):
+    """SPA's advantages replaced by ĉ_t standardised over the episodes of its group at the same turn."""
+    joined = advantages.drop(columns="advantage").merge(
+        steps[["episode_id", "step_idx", "model_reward"]], on=["episode_id", "step_idx"]
+    )
+    by_turn = joined.groupby(["group_id", "step_idx"])["model_reward"]
+    centred = joined["model_reward"] - by_turn.transform("mean")
+    joined["advantage"] = (centred / (by_turn.transform("std", ddof=0) + 1e-6)).where(
+        centred.abs() > 1e-9, 0.0
+    )
+    return joined.drop(columns="model_reward")[list(advantages.columns)]
 
 
 if __name__ == "__main__":
