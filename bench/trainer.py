@@ -38,7 +38,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from creditline.train.logprobs import full_vocab_logprobs  # noqa: E402
-from creditline.train.trainer import PackedBatch, TrainConfig, clipped_pg_terms, train  # noqa: E402
+from creditline.train.trainer import PackedBatch, TrainConfig, autocast_for, clipped_pg_terms, train  # noqa: E402
 
 
 def build_model(vocab: int, max_positions: int) -> torch.nn.Module:
@@ -68,9 +68,7 @@ def full_vocab_step(model, batch: PackedBatch, optimizer, config: TrainConfig) -
     device = next(model.parameters()).device
     moved = {f.name: getattr(batch, f.name) for f in fields(batch) if getattr(batch, f.name) is not None}
     batch = replace(batch, **{name: tensor.to(device) for name, tensor in moved.items()})
-    with torch.autocast(
-        "cuda", dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
-    ):  # as train
+    with autocast_for(device, config.bf16):
         logp, _ = full_vocab_logprobs(model, batch.input_ids, batch.attention_mask, 1.0)
     terms, _ = clipped_pg_terms(logp[batch.completion_mask], batch.old_logprobs[batch.completion_mask],
                                 batch.advantages[batch.completion_mask], config.clip_eps)  # fmt: skip

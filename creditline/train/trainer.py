@@ -355,7 +355,7 @@ def rows_logprobs(
     length = int(batch.attention_mask[rows].sum(1).max())
     mask = batch.completion_mask[rows, :length]
     device = _device(model)
-    with _autocast(device, config.bf16):
+    with autocast_for(device, config.bf16):
         logp, entropy = completion_logprobs(
             model,
             batch.input_ids[rows, :length].to(device),
@@ -378,7 +378,8 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _autocast(device: torch.device, bf16: bool):
+def autocast_for(device: torch.device, bf16: bool):
+    """bf16 autocast on a CUDA device when `bf16` (the log-softmax stays fp32); no autocast elsewhere."""
     if device.type == "cuda" and bf16:
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
