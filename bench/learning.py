@@ -1,10 +1,12 @@
 """The learning table: does step-level credit pay off? Every estimator, several seeds, four tasks, equal budget.
 
-Each run is the round `make run` runs — the stage functions of `creditline.round` (generate, score,
-advantages, train, evaluate), without Dagster, DuckDB or MLflow — from the same initial policy, for the
-same number of rounds, tasks per round and samples per task: every estimator gets the same rollout budget
-(episodes; the sampled tokens are counted too, since episodes differ in length). Held-out greedy success is
-measured before round 1 and after every round.
+Each run is an experiment of `creditline compare`: the tasks' runs are played by the CLI's own
+`compare_members`, each (estimator, seed) an experiment of Dagster rounds, as `make run` plays them (with
+lineage in DuckDB and runs in MLflow), from the same initial policy, for the same number of rounds, tasks per
+round and samples per task: every estimator gets the same rollout budget (episodes; the sampled tokens are
+counted too, since episodes differ in length, and a branching estimator's continuations count as episodes).
+Held-out greedy success is measured before round 1 and after every round. The data root is a temporary one,
+removed at the end, unless `--data-root` keeps it (then `creditline report`, `lineage` and the UIs read it).
 
 Tasks (`TASKS`):
     shaped-maze   the default experiment: 5×5 key-and-door maze, progress shaping 0.1 (per-step signal)
@@ -42,33 +44,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
-import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from creditline.comparison import plot, table  # noqa: E402
+from creditline.comparison import RESULT, plot, table  # noqa: E402
 from creditline.config import AdvantageSettings, ExperimentConfig, from_dict, load_config  # noqa: E402
 from creditline.config.checks import ConfigError  # noqa: E402
 from creditline.credit.advantages import available  # noqa: E402
-from creditline.credit.reward_model import load_reward_model, reward_model_kind  # noqa: E402
-from creditline.credit.round_advantages import step_advantages, with_model_rewards  # noqa: E402
-from creditline.engines import TorchEngine  # noqa: E402
-from creditline.policy.initial_policy import build_initial_policy  # noqa: E402
-from creditline.policy.models import load_policy  # noqa: E402
-from creditline.round import (  # noqa: E402
-    evaluate_policy,
-    fit_reward_model,
-    generate_rollouts,
-    score_rollouts,
-    train_policy,
-)
 from creditline.store import config_hash  # noqa: E402
+from pipelines.cli import compare_members, prepare  # noqa: E402
 
 DEFAULT = ExperimentConfig().to_dict()
 MAZE = DEFAULT["env"]["params"]
@@ -201,42 +192,22 @@ def run_key(config: ExperimentConfig) -> str:
     return config_hash(data)
 
 
-def run(config: ExperimentConfig) -> dict:
-    """One run: held-out success before round 1 and after each round, wall time, episodes and tokens sampled."""
-    folder, _ = build_initial_policy(config, Path(tempfile.mkdtemp()) / "policy")
-    model, tokenizer = load_policy(folder)
-    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer=tokenizer)
-    success = [evaluate_policy(engine, tokenizer, config, 0)[1].success_rate]
-    optimizer_state, episodes, tokens = None, 0, 0
-    kind = reward_model_kind(config.advantages.estimator)  # prime, spa: a step-reward model beside the policy
-    if kind is not None:
-        reward_model, _ = load_reward_model(kind, folder, config.seed)
-        reference = load_policy(folder)[0] if kind.needs_reference else None
-        reward_state = None
-    start = time.perf_counter()
-    for round_ in range(1, config.rounds + 1):
-        tables = generate_rollouts(engine, tokenizer, config, round_)
-        scores = score_rollouts(config, tables.episodes, tables.steps)
-        steps = tables.steps
-        if kind is not None:
-            rewards, _, reward_state = fit_reward_model(reward_model, reference, tokenizer, tables.episodes, steps,
-                                                        scores, config, round_, reward_state)  # fmt: skip
-            steps = with_model_rewards(steps, rewards)
-        advantages = step_advantages(steps, scores, config.advantages, tables.episodes)
-        _, optimizer_state = train_policy(model, tokenizer, tables.steps, advantages, config, round_,
-                                          optimizer_state, reference_policy=folder)  # fmt: skip
-        success.append(evaluate_policy(engine, tokenizer, config, round_)[1].success_rate)
-        episodes += len(tables.episodes)
-        tokens += int(tables.steps["completion_ids"].map(len).sum())
-        print(f"  {config.name} seed {config.seed} round {round_}: held-out success {success[-1]:.2f} "
-              f"(initial {success[0]:.2f}), train success {tables.episodes['success'].mean():.2f}, "
-              f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
-    return {
-        "success": success,
-        "seconds": time.perf_counter() - start,
-        "episodes": episodes,
-        "tokens": tokens,
-    }
+def member_name(task: str, estimator: str, seed: int) -> str:
+    """The experiment a run is played as in the data root (one per task, estimator and seed)."""
+    return f"bench-{task}-{estimator}-s{seed}".replace("_", "-")
+
+
+def play(args, task: str, configs: dict[tuple[str, int], ExperimentConfig]) -> dict[tuple[str, int], dict]:
+    """Play one task's runs ((estimator, seed) → config) as `creditline compare` plays its members, each run
+    an experiment of Dagster rounds with its lineage and MLflow runs in the data root, under the comparison
+    `bench-<task>`; (estimator, seed) → its result (`creditline.comparison`), read from the comparison's
+    runs.json. Exits with the round's exit code if one fails."""
+    name = f"bench-{task}"
+    members = {key: replace(config, name=member_name(task, *key)) for key, config in configs.items()}
+    if failed := compare_members(args, name, members):
+        sys.exit(failed)
+    rows = json.loads((Path(args.data_root) / "comparisons" / name / "runs.json").read_text())
+    return {(row["estimator"], row["seed"]): {k: row[k] for k in RESULT} for row in rows}
 
 
 def main() -> None:
@@ -258,6 +229,8 @@ def main() -> None:
     parser.add_argument(
         "--report", action="store_true", help="only tabulate and plot the runs on file (play none)"
     )
+    parser.add_argument("--data-root", type=Path, help="keep the runs' data root (lineage, Dagster runs, "
+                        "MLflow) here; default: a temporary one, removed at the end")  # fmt: skip
     args = parser.parse_args()
     bases = {args.config.stem: load_config(args.config).to_dict()} if args.config else {}
     on_file = (*DIAGNOSES, *DIAL_TASKS) if args.report else ()
@@ -265,8 +238,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     seeds = args.seeds[:1] if args.quick else args.seeds
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    data_root = args.data_root or Path(tempfile.mkdtemp(prefix="creditline-learning-"))
+    cli_args = prepare(["--data-root", str(data_root), "compare", "--estimators", ",".join(args.estimators),
+                        "--quiet"])  # fmt: skip
     results: dict[tuple[str, str, int], dict] = {}
     for task in tasks:
+        to_play: dict[tuple[str, int], ExperimentConfig] = {}
+        keys: dict[tuple[str, int], str] = {}
         for seed in seeds:
             for estimator in args.estimators:
                 try:
@@ -276,16 +254,19 @@ def main() -> None:
                         print(f"{task:<12} {estimator:<22} not applicable: {exc.problems[0]}", flush=True)
                     continue
                 saved = args.out / "runs" / f"{task}-{estimator}-s{seed}.json"
-                digest = run_key(config)
+                keys[(estimator, seed)] = digest = run_key(config)
                 if saved.exists() and (old := json.loads(saved.read_text()))["config_hash"] == digest:
                     results[(task, estimator, seed)] = old
-                    continue
-                if args.report:
-                    continue
-                result = results[(task, estimator, seed)] = {"config_hash": digest, **run(config)}
-                saved.write_text(json.dumps(result, indent=1) + "\n")
-                print(f"{task:<12} {estimator:<22} seed {seed}: success {result['success'][0]:.2f} → "
-                      f"{result['success'][-1]:.2f}, {result['seconds']:.0f} s", flush=True)  # fmt: skip
+                elif not args.report:
+                    to_play[(estimator, seed)] = config
+        for (estimator, seed), result in (play(cli_args, task, to_play) if to_play else {}).items():
+            saved = args.out / "runs" / f"{task}-{estimator}-s{seed}.json"
+            result = results[(task, estimator, seed)] = {"config_hash": keys[(estimator, seed)], **result}
+            saved.write_text(json.dumps(result, indent=1) + "\n")
+            print(f"{task:<12} {estimator:<22} seed {seed}: success {result['success'][0]:.2f} → "
+                  f"{result['success'][-1]:.2f}, {result['seconds']:.0f} s", flush=True)  # fmt: skip
+    if not args.data_root:
+        shutil.rmtree(data_root, ignore_errors=True)
     markdown = table(results)
     (args.out / "learning.md").write_text(markdown)
     (args.out / "learning.png").write_bytes(plot(results, list(ESTIMATORS)))

@@ -297,8 +297,7 @@ def _parse_rounds(text: str | None, available: list[int]) -> list[int]:
 def cmd_compare(args) -> int:
     """Estimators × seeds on one config, each an experiment run as `run` runs it; then the table (see
     `pipelines.compare`)."""
-    from pipelines.compare import COMPARISON_TAG, member_configs, member_result, round_seconds, write_results
-    from pipelines.instance import get_instance
+    from pipelines.compare import member_configs
 
     config = load_config(args.config)
     rounds = args.rounds or config.rounds
@@ -306,19 +305,31 @@ def cmd_compare(args) -> int:
         raise UsageError(f"--rounds {args.rounds}: between 1 and the config's rounds ({config.rounds})")
     name = args.name or f"{config.name}-compare"
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
-    members = member_configs(config, name, estimators, args.seeds, rounds)
+    return compare_members(args, name, member_configs(config, name, estimators, args.seeds, rounds))
+
+
+def compare_members(args, name: str, members: dict[tuple[str, int], ExperimentConfig]) -> int:
+    """Run a comparison's members ((estimator, seed) → experiment config) and write its table, picture and
+    per-run results under `<data_root>/comparisons/<name>/` and into MLflow: every member registered before
+    any round runs, then each one's rounds not committed yet, as `run` runs them, each round's Dagster run
+    tagged with the comparison. 0, or the exit code of the first round that failed. `compare` calls it with
+    the members `pipelines.compare.member_configs` makes; bench/learning.py with its tasks' own."""
+    from pipelines.compare import COMPARISON_TAG, member_result, round_seconds, write_results
+    from pipelines.instance import get_instance
+
     store = _store(args.data_root)
-    for member in members.values():  # every member registered before any round runs
+    for member in members.values():
         store.register_experiment(member.name, registration(member, store.experiment_config(member.name)))
     for (estimator, seed), member in members.items():
         print(f"compare {name}: {estimator}, seed {seed} ({member.name})", flush=True)
-        if failed := run_experiment(args, store, member, 1, rounds, {COMPARISON_TAG: name}):
+        if failed := run_experiment(args, store, member, 1, member.rounds, {COMPARISON_TAG: name}):
             return failed
     instance = get_instance(args.data_root)
     results = {
         (name, estimator, seed): member_result(store, member, round_seconds(instance, store, member.name))
         for (estimator, seed), member in members.items()
     }
+    estimators = list(dict.fromkeys(estimator for estimator, _ in members))
     folder, markdown = write_results(args.data_root, name, members, results, estimators)
     print(markdown, end="")
     print(f"wrote {folder / 'table.md'} and curves.png; MLflow experiment 'compare-{name}'")
@@ -1158,7 +1169,11 @@ def _silence_stdout() -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def prepare(argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments `argv` parses to, with this process set up for them: the data root resolved and exported
+    (Dagster's instance and the resources read it from the environment), SIGTERM ending like Ctrl-C, MLflow's
+    migration notices off. `main` starts with it; so does a script that drives a command's functions from
+    Python (bench/learning.py drives `compare_members`)."""
     args = build_parser().parse_args(argv)
     args.data_root = str(Path(args.data_root or default_data_root()).resolve())
     os.environ[DATA_ROOT_ENV] = args.data_root
@@ -1166,6 +1181,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = _quiet_unraisable
     if not args.debug:  # MLflow announces its database migrations on stderr (read when mlflow is imported)
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = prepare(argv)
     try:
         if args.func is not cmd_serve:  # a replica being started is one of the endpoints, not yet up
             # a server that is down: one line naming it, before anything is written

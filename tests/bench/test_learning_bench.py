@@ -13,17 +13,24 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "learning.py"
 pytestmark = pytest.mark.slow
 
 
-def _bench(out: Path) -> subprocess.CompletedProcess:
+def _bench(out: Path, *more: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--tasks", "shaped-maze", "single-turn", "--estimators", "grpo",
-         "gigpo", "--out", str(out)],
+         "gigpo", "--out", str(out), *more],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
 def test_quick_run_writes_the_table_the_plot_and_one_file_per_run_and_reuses_them(tmp_path):
-    first = _bench(tmp_path)
+    root = tmp_path / "data"
+    first = _bench(tmp_path, "--data-root", str(root))
     assert first.returncode == 0, first.stderr[-3000:]
+    # each task's runs were a `creditline compare` of their own: experiments of Dagster rounds in the data root
+    compared = json.loads((root / "comparisons" / "bench-shaped-maze" / "runs.json").read_text())
+    assert sorted(r["experiment"] for r in compared) == [
+        "bench-shaped-maze-gigpo-s0",
+        "bench-shaped-maze-grpo-s0",
+    ]
     rows = [
         line
         for line in (tmp_path / "learning.md").read_text().splitlines()
@@ -39,7 +46,7 @@ def test_quick_run_writes_the_table_the_plot_and_one_file_per_run_and_reuses_the
         len(saved["success"]) == 3 and saved["episodes"] == 2 * 4 * 4
     )  # initial + 2 rounds; 2 × 4 tasks × 4
     second = _bench(tmp_path)  # every run is on file: nothing is played again
-    assert second.returncode == 0 and "round 1:" not in second.stderr
+    assert second.returncode == 0 and "compare bench-" not in second.stdout, second.stdout
     assert json.loads((tmp_path / "runs" / "shaped-maze-gigpo-s0.json").read_text()) == saved
 
 
