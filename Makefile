@@ -89,10 +89,13 @@ servers:
 # faults to balance the two (in a fresh clone on 2026-11-26 the rest took 22.9 min and the faults alone 15.5).
 # Beside them, niced, the vLLM venv is built and the tests that run the real vLLM engine in it
 # (tests/vllm_engine/) run. The reports of both follow the rest's. Any of the three failing fails.
+# Disk: the four venvs take ~8 GB; torch's kernel cache, which vLLM's CPU path fills (GBs over many runs in
+# /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
 SECOND_STREAM := tests/faults tests/scaleout
 test: servers
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
-	@( $(MAKE) --no-print-directory .venv-vllm/.installed && nice -n 15 .venv-vllm/bin/python -m pytest -q \
+	@( $(MAKE) --no-print-directory .venv-vllm/.installed && TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/torchinductor \
+		nice -n 15 .venv-vllm/bin/python -m pytest -q \
 		--durations=5 -p no:cacheprovider tests/vllm_engine ) > .pytest-vllm.log 2>&1 & vllm=$$!; \
 	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=5 -p no:cacheprovider $(SECOND_STREAM) \
 		> .pytest-faults.log 2>&1 & faults=$$!; \
