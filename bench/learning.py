@@ -54,7 +54,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from creditline.comparison import RESULT, plot, table  # noqa: E402
+from creditline.comparison import plot, table  # noqa: E402
 from creditline.config import AdvantageSettings, ExperimentConfig, from_dict, load_config  # noqa: E402
 from creditline.config.checks import ConfigError  # noqa: E402
 from creditline.credit.advantages import available  # noqa: E402
@@ -197,17 +197,48 @@ def member_name(task: str, estimator: str, seed: int) -> str:
     return f"bench-{task}-{estimator}-s{seed}".replace("_", "-")
 
 
-def play(args, task: str, configs: dict[tuple[str, int], ExperimentConfig]) -> dict[tuple[str, int], dict]:
+def play(args, task: str, configs: dict[tuple[str, int], ExperimentConfig], filed) -> None:
     """Play one task's runs ((estimator, seed) → config) as `creditline compare` plays its members, each run
     an experiment of Dagster rounds with its lineage and MLflow runs in the data root, under the comparison
-    `bench-<task>`; (estimator, seed) → its result (`creditline.comparison`), read from the comparison's
-    runs.json. Exits with the round's exit code if one fails."""
-    name = f"bench-{task}"
+    `bench-<task>`; `filed((estimator, seed), result)` as each run ends (its result: `creditline.comparison`).
+    Exits with the round's exit code if one fails."""
     members = {key: replace(config, name=member_name(task, *key)) for key, config in configs.items()}
-    if failed := compare_members(args, name, members):
+    if failed := compare_members(args, f"bench-{task}", members, filed):
         sys.exit(failed)
-    rows = json.loads((Path(args.data_root) / "comparisons" / name / "runs.json").read_text())
-    return {(row["estimator"], row["seed"]): {k: row[k] for k in RESULT} for row in rows}
+
+
+def runs_to_play(args, task: str, seeds: list[int], base: dict | None, results: dict) -> dict:
+    """(estimator, seed) → config of the task's runs not on file (none with `--report`); the runs on file
+    (their config hash unchanged) go into `results`."""
+    to_play: dict[tuple[str, int], ExperimentConfig] = {}
+    for seed in seeds:
+        for estimator in args.estimators:
+            try:
+                config = task_config(task, estimator, seed, args.quick, base)
+            except ConfigError as exc:  # e.g. IGPO on a task without a gold answer
+                if seed == seeds[0]:
+                    print(f"{task:<12} {estimator:<22} not applicable: {exc.problems[0]}", flush=True)
+                continue
+            saved = args.out / "runs" / f"{task}-{estimator}-s{seed}.json"
+            if saved.exists() and (old := json.loads(saved.read_text()))["config_hash"] == run_key(config):
+                results[(task, estimator, seed)] = old
+            elif not args.report:
+                to_play[(estimator, seed)] = config
+    return to_play
+
+
+def filer(out: Path, task: str, configs: dict, results: dict):
+    """What files a run of `task` as it ends: `runs/<task>-<estimator>-s<seed>.json` under its config hash,
+    into `results` too, and a line."""
+
+    def file_run(key: tuple[str, int], result: dict) -> None:
+        estimator, seed = key
+        result = results[(task, estimator, seed)] = {"config_hash": run_key(configs[key]), **result}
+        (out / "runs" / f"{task}-{estimator}-s{seed}.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(f"{task:<12} {estimator:<22} seed {seed}: success {result['success'][0]:.2f} → "
+              f"{result['success'][-1]:.2f}, {result['seconds']:.0f} s", flush=True)  # fmt: skip
+
+    return file_run
 
 
 def main() -> None:
@@ -242,31 +273,14 @@ def main() -> None:
     cli_args = prepare(["--data-root", str(data_root), "compare", "--estimators", ",".join(args.estimators),
                         "--quiet"])  # fmt: skip
     results: dict[tuple[str, str, int], dict] = {}
-    for task in tasks:
-        to_play: dict[tuple[str, int], ExperimentConfig] = {}
-        keys: dict[tuple[str, int], str] = {}
-        for seed in seeds:
-            for estimator in args.estimators:
-                try:
-                    config = task_config(task, estimator, seed, args.quick, bases.get(task))
-                except ConfigError as exc:  # e.g. IGPO on a task without a gold answer
-                    if seed == seeds[0]:
-                        print(f"{task:<12} {estimator:<22} not applicable: {exc.problems[0]}", flush=True)
-                    continue
-                saved = args.out / "runs" / f"{task}-{estimator}-s{seed}.json"
-                keys[(estimator, seed)] = digest = run_key(config)
-                if saved.exists() and (old := json.loads(saved.read_text()))["config_hash"] == digest:
-                    results[(task, estimator, seed)] = old
-                elif not args.report:
-                    to_play[(estimator, seed)] = config
-        for (estimator, seed), result in (play(cli_args, task, to_play) if to_play else {}).items():
-            saved = args.out / "runs" / f"{task}-{estimator}-s{seed}.json"
-            result = results[(task, estimator, seed)] = {"config_hash": keys[(estimator, seed)], **result}
-            saved.write_text(json.dumps(result, indent=1) + "\n")
-            print(f"{task:<12} {estimator:<22} seed {seed}: success {result['success'][0]:.2f} → "
-                  f"{result['success'][-1]:.2f}, {result['seconds']:.0f} s", flush=True)  # fmt: skip
-    if not args.data_root:
-        shutil.rmtree(data_root, ignore_errors=True)
+    try:
+        for task in tasks:
+            to_play = runs_to_play(args, task, seeds, bases.get(task), results)
+            if to_play:
+                play(cli_args, task, to_play, filer(args.out, task, to_play, results))
+    finally:  # an interrupted sweep leaves no temporary data root behind
+        if not args.data_root:
+            shutil.rmtree(data_root, ignore_errors=True)
     markdown = table(results)
     (args.out / "learning.md").write_text(markdown)
     (args.out / "learning.png").write_bytes(plot(results, list(ESTIMATORS)))

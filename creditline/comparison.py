@@ -24,8 +24,6 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 """Student's t quantile 0.975 by degrees of freedom (1.96 beyond): the 95 % CI over seeds."""
 
 Results = Mapping[tuple[str, str, int], Mapping]
-RESULT = ("success", "seconds", "episodes", "tokens")
-"""The fields of one run's result (above)."""
 
 
 def rounds_to_threshold(success: Sequence[float]) -> int | None:

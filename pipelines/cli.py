@@ -34,6 +34,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -308,27 +309,35 @@ def cmd_compare(args) -> int:
     return compare_members(args, name, member_configs(config, name, estimators, args.seeds, rounds))
 
 
-def compare_members(args, name: str, members: dict[tuple[str, int], ExperimentConfig]) -> int:
+def compare_members(
+    args,
+    name: str,
+    members: dict[tuple[str, int], ExperimentConfig],
+    finished: Callable[[tuple[str, int], dict], None] | None = None,
+) -> int:
     """Run a comparison's members ((estimator, seed) → experiment config) and write its table, picture and
     per-run results under `<data_root>/comparisons/<name>/` and into MLflow: every member registered before
     any round runs, then each one's rounds not committed yet, as `run` runs them, each round's Dagster run
-    tagged with the comparison. 0, or the exit code of the first round that failed. `compare` calls it with
-    the members `pipelines.compare.member_configs` makes; bench/learning.py with its tasks' own."""
+    tagged with the comparison; `finished((estimator, seed), result)` as each member ends. 0, or the exit
+    code of the first round that failed. `compare` calls it with the members that
+    `pipelines.compare.member_configs` makes; bench/learning.py with its tasks' own, filing each run as it
+    ends."""
     from pipelines.compare import COMPARISON_TAG, member_result, round_seconds, write_results
     from pipelines.instance import get_instance
 
     store = _store(args.data_root)
     for member in members.values():
         store.register_experiment(member.name, registration(member, store.experiment_config(member.name)))
+    instance = get_instance(args.data_root)
+    results = {}
     for (estimator, seed), member in members.items():
         print(f"compare {name}: {estimator}, seed {seed} ({member.name})", flush=True)
         if failed := run_experiment(args, store, member, 1, member.rounds, {COMPARISON_TAG: name}):
             return failed
-    instance = get_instance(args.data_root)
-    results = {
-        (name, estimator, seed): member_result(store, member, round_seconds(instance, store, member.name))
-        for (estimator, seed), member in members.items()
-    }
+        seconds = round_seconds(instance, store, member.name)
+        result = results[(name, estimator, seed)] = member_result(store, member, seconds)
+        if finished is not None:
+            finished((estimator, seed), result)
     estimators = list(dict.fromkeys(estimator for estimator, _ in members))
     folder, markdown = write_results(args.data_root, name, members, results, estimators)
     print(markdown, end="")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,23 +15,37 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "learning.py"
 pytestmark = pytest.mark.slow
 
 
+def _command(out: Path, *more: str) -> list[str]:
+    return [sys.executable, str(BENCH), "--quick", "--tasks", "shaped-maze", "single-turn", "--estimators",
+            "grpo", "gigpo", "--out", str(out), *more]  # fmt: skip
+
+
 def _bench(out: Path, *more: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--tasks", "shaped-maze", "single-turn", "--estimators", "grpo",
-         "gigpo", "--out", str(out), *more],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    return subprocess.run(_command(out, *more), capture_output=True, text=True, timeout=600)
 
 
-def test_quick_run_writes_the_table_the_plot_and_one_file_per_run_and_reuses_them(tmp_path):
+def test_quick_run_files_each_run_as_it_ends_resumes_after_a_kill_and_reuses_them(tmp_path):
     root = tmp_path / "data"
+    killed = subprocess.Popen(_command(tmp_path, "--data-root", str(root)), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    first_run = tmp_path / "runs" / "shaped-maze-grpo-s0.json"
+    deadline = time.monotonic() + 300
+    while not first_run.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed.send_signal(signal.SIGTERM)  # while the task's second run plays
+    killed.wait(timeout=120)
+    filed = first_run.read_text()
     first = _bench(tmp_path, "--data-root", str(root))
     assert first.returncode == 0, first.stderr[-3000:]
+    # the run filed before the kill is not played again; the task's other run is, in the same data root
+    assert "compare bench-shaped-maze: grpo" not in first.stdout, first.stdout
+    assert "compare bench-shaped-maze: gigpo" in first.stdout, first.stdout
+    assert first_run.read_text() == filed
     # each task's runs were a `creditline compare` of their own: experiments of Dagster rounds in the data root
-    compared = json.loads((root / "comparisons" / "bench-shaped-maze" / "runs.json").read_text())
+    compared = json.loads((root / "comparisons" / "bench-single-turn" / "runs.json").read_text())
     assert sorted(r["experiment"] for r in compared) == [
-        "bench-shaped-maze-gigpo-s0",
-        "bench-shaped-maze-grpo-s0",
+        "bench-single-turn-gigpo-s0",
+        "bench-single-turn-grpo-s0",
     ]
     rows = [
         line
