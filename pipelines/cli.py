@@ -27,12 +27,14 @@ bench-startup` times them).
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import io
 import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -1161,12 +1163,24 @@ def _raised_by_an_interrupt(exc: BaseException) -> bool:
     return False
 
 
+REDELIVER_S = 0.05
+"""How long after a swallowed interrupt it is delivered again (`_quiet_unraisable`)."""
+
+
 def _quiet_unraisable(unraisable) -> None:
-    """An interrupt raised inside a garbage-collector callback cannot propagate, and Python prints it as
-    "Exception ignored"; the interrupt is not lost (`round_runner` sees the signal), so stay quiet.
-    While a run executes, Dagster's own handler raises its `DagsterExecutionInterruptedError`."""
+    """An interrupt whose handler ran inside a finalizer or a garbage-collector callback cannot propagate
+    from there: Python would print "Exception ignored" and go on as if no signal had come. A plain one (ours,
+    or Python's own handler, which Dagster leaves on SIGTERM after a run) is delivered to the main thread
+    again from a thread a moment later, when the callback has returned (delivered from here, it would be
+    raised inside this hook and swallowed again). Dagster's own, raised while a run executes, is not lost
+    either: `round_runner` reads the signal from the wakeup pipe."""
     exc = unraisable.exc_value
-    if not (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == DAGSTER_INTERRUPT):
+    if type(exc) is KeyboardInterrupt:
+        name = exc.args[0] if exc.args and exc.args[0] in ("SIGINT", "SIGTERM") else "SIGINT"
+        again = threading.Timer(REDELIVER_S, _thread.interrupt_main, args=(signal.Signals[name],))
+        again.daemon = True
+        again.start()
+    elif not (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == DAGSTER_INTERRUPT):
         sys.__unraisablehook__(unraisable)
 
 

@@ -65,6 +65,48 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+INTERRUPTED_IN_A_FINALIZER = """
+import sys, time
+import pipelines.cli as cli
+
+class Slow:
+    def __del__(self):  # a finalizer running when the signal lands: its handler raises in here
+        print("finalizing", flush=True)
+        time.sleep(3)
+
+def report(args):
+    Slow()  # collected at once
+    print("finalized", flush=True)
+    time.sleep(3)  # the interrupt, delivered again, ends this
+    print("not interrupted", flush=True)
+    return 0
+
+cli.cmd_report = report
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_while_a_finalizer_runs_still_ends_the_command(tmp_path):
+    """A signal whose handler runs inside `__del__` (or a garbage-collector callback) raises where Python
+    cannot propagate it; the CLI delivers it again to the main thread, so the command still ends with its one
+    interrupt line and 130 instead of going on (a SIGTERM lost this way let a killed sweep run to its end)."""
+    import signal
+
+    from pipelines.cli import INTERRUPTED
+
+    command = [sys.executable, "-c", INTERRUPTED_IN_A_FINALIZER, "--data-root", str(tmp_path), "report"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == "finalizing\n"
+        time.sleep(0.5)  # inside the finalizer's sleep
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "not interrupted" not in out
+    assert (process.returncode, err.splitlines()) == (130, [INTERRUPTED])
+
+
 def test_sigterm_inside_a_duckdb_query_ends_as_an_interrupt(tmp_path):
     """DuckDB turns the KeyboardInterrupt that SIGTERM raises mid-query into `RuntimeError('Query interrupted')`;
     the CLI still ends with its one interrupt line and 130, not "unexpected RuntimeError" and 1."""
