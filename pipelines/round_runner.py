@@ -139,10 +139,14 @@ def _interrupt_signals() -> Iterator[Interrupts]:
     os.set_blocking(read_end, False)
     os.set_blocking(write_end, False)
     previous = signal.set_wakeup_fd(write_end)
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     seen = Interrupts(read_end)
     try:
         yield seen
     finally:
+        # Dagster leaves SIGTERM with SIGINT's handler when a run ends: in a process started with SIGINT
+        # ignored (a background job of a script, `nohup ... &`), SIGTERM would be ignored from then on.
+        signal.signal(signal.SIGTERM, on_sigterm)
         signal.set_wakeup_fd(previous)
         seen.drain()
         os.close(read_end)

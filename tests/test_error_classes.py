@@ -136,3 +136,28 @@ def test_a_step_stopped_by_an_interrupt_that_a_library_wrapped_is_an_interrupted
         SimpleNamespace(all_events=[_step_failure(DagsterExecutionInterruptedError())])
     )
     assert not _stopped_by_an_interrupt(SimpleNamespace(all_events=[_step_failure(RuntimeError("a bug"))]))
+
+
+def test_sigterm_keeps_its_handler_after_a_run_in_a_process_started_with_sigint_ignored():
+    """Dagster gives SIGTERM SIGINT's handler when a run ends. A process started with SIGINT ignored (a
+    background job of a script) would then ignore SIGTERM between rounds; the run's block restores it."""
+    import signal
+
+    from dagster._utils.interrupts import capture_interrupts
+
+    from pipelines.round_runner import _interrupt_signals
+
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        with _interrupt_signals(), capture_interrupts():  # what execute_in_process does around a run
+            pass
+        assert signal.getsignal(signal.SIGTERM) is on_sigterm
+        with capture_interrupts():  # without the block, Dagster's restore leaves SIGTERM ignored
+            pass
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])

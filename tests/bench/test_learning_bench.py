@@ -26,8 +26,10 @@ def _bench(out: Path, *more: str) -> subprocess.CompletedProcess:
 
 def test_quick_run_files_each_run_as_it_ends_resumes_after_a_kill_and_reuses_them(tmp_path):
     root = tmp_path / "data"
+    # started as a background job of a script is (SIGINT ignored): SIGTERM must still stop it between rounds
     killed = subprocess.Popen(_command(tmp_path, "--data-root", str(root)), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+                              stderr=subprocess.DEVNULL,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
     first_run = tmp_path / "runs" / "shaped-maze-grpo-s0.json"
     deadline = time.monotonic() + 300
     while not first_run.exists() and killed.poll() is None and time.monotonic() < deadline:
