@@ -207,6 +207,11 @@ def play(args, task: str, configs: dict[tuple[str, int], ExperimentConfig], file
         sys.exit(failed)
 
 
+def run_file(out: Path, task: str, estimator: str, seed: int) -> Path:
+    """Where a run's result is filed: `<out>/runs/<task>-<estimator>-s<seed>.json`."""
+    return out / "runs" / f"{task}-{estimator}-s{seed}.json"
+
+
 def runs_to_play(args, task: str, seeds: list[int], base: dict | None, results: dict) -> dict:
     """(estimator, seed) → config of the task's runs not on file (none with `--report`); the runs on file
     (their config hash unchanged) go into `results`."""
@@ -219,7 +224,7 @@ def runs_to_play(args, task: str, seeds: list[int], base: dict | None, results: 
                 if seed == seeds[0]:
                     print(f"{task:<12} {estimator:<22} not applicable: {exc.problems[0]}", flush=True)
                 continue
-            saved = args.out / "runs" / f"{task}-{estimator}-s{seed}.json"
+            saved = run_file(args.out, task, estimator, seed)
             if saved.exists() and (old := json.loads(saved.read_text()))["config_hash"] == run_key(config):
                 results[(task, estimator, seed)] = old
             elif not args.report:
@@ -234,7 +239,7 @@ def filer(out: Path, task: str, configs: dict, results: dict):
     def file_run(key: tuple[str, int], result: dict) -> None:
         estimator, seed = key
         result = results[(task, estimator, seed)] = {"config_hash": run_key(configs[key]), **result}
-        (out / "runs" / f"{task}-{estimator}-s{seed}.json").write_text(json.dumps(result, indent=1) + "\n")
+        run_file(out, task, estimator, seed).write_text(json.dumps(result, indent=1) + "\n")
         print(f"{task:<12} {estimator:<22} seed {seed}: success {result['success'][0]:.2f} → "
               f"{result['success'][-1]:.2f}, {result['seconds']:.0f} s", flush=True)  # fmt: skip
 
