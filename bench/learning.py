@@ -29,8 +29,9 @@ with each mistake shown in the later turns, `dial-h8-d2-digit-shown`, `dial-h8-d
 Output in `--out` (default bench/results/): `learning.md` (per task and estimator: final success mean ± 95 %
 CI over seeds, rounds to +0.30 over the initial policy, wall time, episodes and tokens used), `learning.png`
 (success by round, mean and 95 % CI band per estimator, a panel per task) and `runs/*.json`, one file per
-(task, estimator, seed) run: a finished run is not repeated when the command is run again (delete its file
-to redo it), so the table can be filled over several sittings.
+(task, estimator, seed) run, filed as the run ends and written atomically (a killed sweep leaves each file whole
+or absent): a finished run is not repeated when the command is run again (delete its file to redo it), so the
+table can be filled over several sittings.
 
     .venv/bin/python bench/learning.py                       # the full table (hours on 2 CPU cores)
     .venv/bin/python bench/learning.py --tasks sparse-maze --estimators grpo gigpo --seeds 0 1 2 3 4
@@ -58,7 +59,7 @@ from creditline.comparison import plot, table  # noqa: E402
 from creditline.config import AdvantageSettings, ExperimentConfig, from_dict, load_config  # noqa: E402
 from creditline.config.checks import ConfigError  # noqa: E402
 from creditline.credit.advantages import available  # noqa: E402
-from creditline.store import config_hash  # noqa: E402
+from creditline.store import config_hash, write_bytes_atomic  # noqa: E402
 from pipelines.cli import compare_members, prepare  # noqa: E402
 
 DEFAULT = ExperimentConfig().to_dict()
@@ -212,6 +213,19 @@ def run_file(out: Path, task: str, estimator: str, seed: int) -> Path:
     return out / "runs" / f"{task}-{estimator}-s{seed}.json"
 
 
+def read_run(path: Path) -> dict:
+    """A filed run's result; one line naming the file when it is not one (a run file is written atomically, so
+    only an edit or another program leaves it so)."""
+    try:
+        result = json.loads(path.read_text())
+        if isinstance(result, dict) and "config_hash" in result:
+            return result
+        problem = "no config_hash"
+    except (ValueError, UnicodeDecodeError) as exc:
+        problem = str(exc)
+    sys.exit(f"{path}: not a filed run ({problem}); delete it to play the run again")
+
+
 def runs_to_play(args, task: str, seeds: list[int], base: dict | None, results: dict) -> dict:
     """(estimator, seed) → config of the task's runs not on file (none with `--report`); the runs on file
     (their config hash unchanged) go into `results`."""
@@ -225,7 +239,7 @@ def runs_to_play(args, task: str, seeds: list[int], base: dict | None, results: 
                     print(f"{task:<12} {estimator:<22} not applicable: {exc.problems[0]}", flush=True)
                 continue
             saved = run_file(args.out, task, estimator, seed)
-            if saved.exists() and (old := json.loads(saved.read_text()))["config_hash"] == run_key(config):
+            if saved.exists() and (old := read_run(saved))["config_hash"] == run_key(config):
                 results[(task, estimator, seed)] = old
             elif not args.report:
                 to_play[(estimator, seed)] = config
@@ -239,7 +253,9 @@ def filer(out: Path, task: str, configs: dict, results: dict):
     def file_run(key: tuple[str, int], result: dict) -> None:
         estimator, seed = key
         result = results[(task, estimator, seed)] = {"config_hash": run_key(configs[key]), **result}
-        run_file(out, task, estimator, seed).write_text(json.dumps(result, indent=1) + "\n")
+        write_bytes_atomic(
+            (json.dumps(result, indent=1) + "\n").encode(), run_file(out, task, estimator, seed)
+        )
         print(f"{task:<12} {estimator:<22} seed {seed}: success {result['success'][0]:.2f} → "
               f"{result['success'][-1]:.2f}, {result['seconds']:.0f} s", flush=True)  # fmt: skip
 
@@ -287,8 +303,8 @@ def main() -> None:
         if not args.data_root:
             shutil.rmtree(data_root, ignore_errors=True)
     markdown = table(results)
-    (args.out / "learning.md").write_text(markdown)
-    (args.out / "learning.png").write_bytes(plot(results, list(ESTIMATORS)))
+    write_bytes_atomic(markdown.encode(), args.out / "learning.md")
+    write_bytes_atomic(plot(results, list(ESTIMATORS)), args.out / "learning.png")
     print("\n" + markdown + f"\nwritten: {args.out / 'learning.md'}, {args.out / 'learning.png'}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -20,8 +21,9 @@ def _command(out: Path, *more: str) -> list[str]:
             "grpo", "gigpo", "--out", str(out), *more]  # fmt: skip
 
 
-def _bench(out: Path, *more: str) -> subprocess.CompletedProcess:
-    return subprocess.run(_command(out, *more), capture_output=True, text=True, timeout=600)
+def _bench(out: Path, *more: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CREDITLINE_FAULT": fault} if fault else None  # SIGKILL at that failpoint
+    return subprocess.run(_command(out, *more), capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_quick_run_files_each_run_as_it_ends_resumes_after_a_kill_and_reuses_them(tmp_path):
@@ -37,6 +39,12 @@ def test_quick_run_files_each_run_as_it_ends_resumes_after_a_kill_and_reuses_the
     killed.send_signal(signal.SIGTERM)  # while the task's second run plays
     killed.wait(timeout=120)
     filed = first_run.read_text()
+    # killed (SIGKILL) with the next run's result complete under its temporary name: nothing is filed for it,
+    # and the file on record is untouched (a plain write would have left a truncated file in its place)
+    second_run = tmp_path / "runs" / "shaped-maze-gigpo-s0.json"
+    crashed = _bench(tmp_path, "--data-root", str(root), fault=f"write:{second_run.name}")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    assert not second_run.exists() and first_run.read_text() == filed
     first = _bench(tmp_path, "--data-root", str(root))
     assert first.returncode == 0, first.stderr[-3000:]
     # the run filed before the kill is not played again; the task's other run is, in the same data root
@@ -56,7 +64,7 @@ def test_quick_run_files_each_run_as_it_ends_resumes_after_a_kill_and_reuses_the
     ]
     assert len(rows) == 1 + 4  # header + 2 tasks × 2 estimators
     assert (tmp_path / "learning.png").read_bytes().startswith(b"\x89PNG")
-    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
     assert runs == ["shaped-maze-gigpo-s0.json", "shaped-maze-grpo-s0.json", "single-turn-gigpo-s0.json",
                     "single-turn-grpo-s0.json"]  # fmt: skip
     saved = json.loads((tmp_path / "runs" / "shaped-maze-gigpo-s0.json").read_text())
@@ -105,3 +113,21 @@ def test_the_credit_dial_tasks_change_one_dial_each_around_the_middle_and_warm_s
     assert (
         learning.run_key(learning.task_config("shaped-maze", "gigpo", 0, quick=False)) == saved["config_hash"]
     )
+
+
+def test_a_run_file_that_is_not_a_filed_run_is_refused_in_one_line_naming_it(tmp_path):
+    sys.path.insert(0, str(BENCH.parent))
+    import learning
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"config_hash": "abc", "success": [0.5]}))
+    assert learning.read_run(good)["config_hash"] == "abc"
+    for name, text in [("cut.json", '{"config_hash": "ab'), ("list.json", "[1, 2]"), ("none.json", "{}")]:
+        bad = tmp_path / name
+        bad.write_text(text)
+        with pytest.raises(SystemExit) as refused:
+            learning.read_run(bad)
+        message = str(refused.value)
+        assert (
+            message.startswith(f"{bad}: not a filed run") and "delete it" in message and "\n" not in message
+        )
