@@ -107,7 +107,7 @@ test: servers
 
 # The inner loop: the core's unit and property tests (estimators, config, rollouts, exports, the store,
 # schemas, the import rules, the error classes, the type check), without the tests that run rounds (`slow`), the fault matrices or vLLM.
-FAST_TESTS := tests/advantages tests/core tests/store tests/test_schemas.py tests/test_import_contract.py \
+FAST_TESTS := tests/advantages tests/core tests/store tests/test_schemas.py tests/test_schema_text.py tests/test_import_contract.py \
 	tests/test_import_graph.py tests/test_error_classes.py tests/test_types.py
 test-fast: servers
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test

@@ -12,6 +12,8 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from schemas.text import Text
+
 STOP_REASONS = ["success", "done", "step_limit", "context_limit"]
 FINISH_REASONS = ["stop", "length"]
 
@@ -30,18 +32,18 @@ def _branch_link_complete(df: pd.DataFrame) -> pd.Series:
 
 class EpisodesTable(pa.DataFrameModel):
     round: Series[int] = pa.Field(ge=0)
-    episode_id: Series[str] = pa.Field(unique=True)
-    group_id: Series[str]
+    episode_id: Series[Text] = pa.Field(unique=True)
+    group_id: Series[Text]
     task_id: Series[int] = pa.Field(ge=0)
     sample_idx: Series[int] = pa.Field(ge=0)
     num_steps: Series[int] = pa.Field(ge=1)
     success: Series[bool]
     env_return: Series[float] = pa.Field(nullable=False)
-    stop_reason: Series[str] = pa.Field(isin=STOP_REASONS)
-    source_components: Series[str] | None
+    stop_reason: Series[Text] = pa.Field(isin=STOP_REASONS)
+    source_components: Series[Text] | None
     """Imported rounds only: the source rubric's reward components and metrics, a JSON object of
     name → value (`creditline.interop.imported_rollouts`)."""
-    branch_of_episode: Series[str] | None = pa.Field(nullable=True)
+    branch_of_episode: Series[Text] | None = pa.Field(nullable=True)
     """Branched rounds only: the episode a continuation restarted from; null on the round's own episodes
     (`creditline.rollout.branching`)."""
     branch_of_step: Series[pd.Int64Dtype] | None = pa.Field(nullable=True, ge=1)
@@ -58,14 +60,14 @@ class EpisodesTable(pa.DataFrameModel):
 
 class StepsTable(pa.DataFrameModel):
     round: Series[int] = pa.Field(ge=0)
-    episode_id: Series[str]
-    group_id: Series[str]
+    episode_id: Series[Text]
+    group_id: Series[Text]
     task_id: Series[int] = pa.Field(ge=0)
     sample_idx: Series[int] = pa.Field(ge=0)
     step_idx: Series[int] = pa.Field(ge=0)
-    observation: Series[str]
-    action: Series[str]
-    anchor_key: Series[str] = pa.Field(str_matches=r"^[0-9a-f]{16}$")
+    observation: Series[Text]
+    action: Series[Text]
+    anchor_key: Series[Text] = pa.Field(str_matches=r"^[0-9a-f]{16}$")
     prompt_ids: Series[object]
     completion_ids: Series[object]
     completion_logprobs: Series[object]
@@ -73,7 +75,7 @@ class StepsTable(pa.DataFrameModel):
     valid_action: Series[bool]
     done: Series[bool]
     truncated: Series[bool]
-    finish_reason: Series[str] | None = pa.Field(isin=FINISH_REASONS)
+    finish_reason: Series[Text] | None = pa.Field(isin=FINISH_REASONS)
     """Why the completion ended: "stop" (EOS) or "length" (cut at max_new_tokens). Absent in rounds
     written before it was recorded."""
     preset_advantage: Series[float] | None = pa.Field(nullable=True)
@@ -82,7 +84,7 @@ class StepsTable(pa.DataFrameModel):
     preset_completion_advantages: Series[object] | None
     """Imported rounds only: the per-token advantages the source assigned (verifiers v1 node `advantages`),
     one per completion token; [] where it assigned none. They are the step's `completion_advantages`."""
-    source_ref: Series[str] | None
+    source_ref: Series[Text] | None
     """Imported rounds only: where the step came from in the source file ("<line>:<step or node>")."""
     temperature: Series[float] | None = pa.Field(nullable=True, gt=0)
     """The sampling temperature the step's completion was drawn at; NaN where an imported source did not
@@ -91,7 +93,7 @@ class StepsTable(pa.DataFrameModel):
     """The nucleus top-p it was drawn with; NaN where not saved."""
     top_k: Series[float] | None = pa.Field(nullable=True)
     """Imported rounds: the top-k cut the source saved (≤ 0: none); NaN where not saved."""
-    branch_of_episode: Series[str] | None = pa.Field(nullable=True)
+    branch_of_episode: Series[Text] | None = pa.Field(nullable=True)
     """Branched rounds only: as on the episode row (a continuation's step_idx 0 is its source's step
     `branch_of_step`)."""
     branch_of_step: Series[pd.Int64Dtype] | None = pa.Field(nullable=True, ge=1)
@@ -142,10 +144,10 @@ class StepsTable(pa.DataFrameModel):
 
 
 class ScoresTable(pa.DataFrameModel):
-    episode_id: Series[str]
-    group_id: Series[str]
+    episode_id: Series[Text]
+    group_id: Series[Text]
     step_idx: Series[int] = pa.Field(ge=0)
-    rubric_version: Series[str]
+    rubric_version: Series[Text]
     step_reward: Series[float]
     episode_reward: Series[float]
     criterion: Series[float] = pa.Field(alias=r"^criterion\.(?!source\.).+$", regex=True)
@@ -170,12 +172,12 @@ class ScoresTable(pa.DataFrameModel):
 
 
 class AdvantagesTable(pa.DataFrameModel):
-    episode_id: Series[str]
-    group_id: Series[str]
+    episode_id: Series[Text]
+    group_id: Series[Text]
     step_idx: Series[int] = pa.Field(ge=0)
-    rubric_version: Series[str]
-    estimator: Series[str]
-    params_hash: Series[str]
+    rubric_version: Series[Text]
+    estimator: Series[Text]
+    params_hash: Series[Text]
     advantage: Series[float]
     completion_length: Series[int] = pa.Field(ge=0)
     kept: Series[bool] | None
@@ -206,7 +208,7 @@ class AdvantagesTable(pa.DataFrameModel):
 class ModelRewardsTable(pa.DataFrameModel):
     """A step-reward model's value of every step of a round (`creditline.credit.reward_model`)."""
 
-    episode_id: Series[str]
+    episode_id: Series[Text]
     step_idx: Series[int] = pa.Field(ge=0)
     model_reward: Series[float]
 
@@ -255,12 +257,12 @@ class TrainingTable(pa.DataFrameModel):
 
 class EvaluationTable(pa.DataFrameModel):
     policy_round: Series[int] = pa.Field(ge=0)
-    episode_id: Series[str] = pa.Field(unique=True)
+    episode_id: Series[Text] = pa.Field(unique=True)
     task_id: Series[int] = pa.Field(ge=0)
     num_steps: Series[int] = pa.Field(ge=1)
     success: Series[bool]
     env_return: Series[float]
-    stop_reason: Series[str] = pa.Field(isin=STOP_REASONS)
+    stop_reason: Series[Text] = pa.Field(isin=STOP_REASONS)
 
     class Config:
         strict = True
@@ -269,8 +271,8 @@ class EvaluationTable(pa.DataFrameModel):
 
 class RescoreComparisonTable(pa.DataFrameModel):
     round: Series[int] = pa.Field(ge=1)
-    training_rubric: Series[str]
-    rescored_rubric: Series[str]
+    training_rubric: Series[Text]
+    rescored_rubric: Series[Text]
     reward_correlation: Series[float] = pa.Field(nullable=True)
     advantage_rank_correlation: Series[float] = pa.Field(nullable=True)
     sign_flip_share: Series[float] = pa.Field(ge=0, le=1)
