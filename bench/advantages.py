@@ -12,7 +12,10 @@ at least, factorise the episode ids (strings), sort the rows by (episode, step) 
 segment sum per episode. Each estimator is timed twice: on the string ids as they come
 ("× floor"), and on the same ids as pandas categoricals ("cat × floor"): a table whose ids were
 factorised once (reading Parquet with dictionary-encoded ids, or ``astype("category")`` once per
-table, timed on its own line) is not hashed again by any estimator call.
+table, timed on its own line) is not hashed again by any estimator call. And once more on the table written
+to Parquet and read back ("read", against the floor on that same table): what a round and `creditline
+advantages` hand the estimators, the same string ids but each made anew in row order, so hashing them
+touches memory in order instead of 1M objects scattered by the shuffle.
 
 The loops (tests/advantages/reference_loops.py: dicts and Python loops, the reference code's
 structure, O(S·H)) run on the first M rows (whole groups); "loop @N" extrapolates their
@@ -33,6 +36,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -48,6 +52,7 @@ from reference_loops import LOOPS, discounted_returns_loop  # noqa: E402
 
 from creditline.credit.advantages import compute, discounted_returns  # noqa: E402
 from creditline.credit.advantages.registry import resolve  # noqa: E402
+from creditline.store import read_parquet, write_parquet_atomic  # noqa: E402
 
 # (label, estimator, params, target seconds at 1M rows or None)
 CASES = [
@@ -97,6 +102,16 @@ def floor(df):
 def categorical_ids(df):
     """The table with its three id columns as pandas categoricals (factorised once)."""
     return df.astype({c: "category" for c in ("group_id", "episode_id", "anchor_key")})
+
+
+def parquet_round_trip(df):
+    """The table written to Parquet and read back as a round's tables are (`creditline.store.read_parquet`):
+    the same rows and values, but each id string made anew in row order (equal ones shared), where the
+    shuffled table's strings lie scattered in memory."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "steps.parquet"
+        write_parquet_atomic(df, path)
+        return read_parquet(path)
 
 
 def whole_groups_prefix(df, n_rows):
@@ -165,10 +180,14 @@ def main():
     t_floor = timed(partial(floor, df), args.repeats)
     t_categorical = timed(partial(categorical_ids, df), 1)
     categorical = categorical_ids(df)
+    read_back = parquet_round_trip(df)
+    t_floor_read = timed(partial(floor, read_back), args.repeats)
     print(f"floor (factorise episode ids, sort, segment sums): {t_floor:.3f}s; "
-          f"ids to categoricals, once per table: {t_categorical:.3f}s")  # fmt: skip
+          f"ids to categoricals, once per table: {t_categorical:.3f}s; "
+          f"floor on the table read back from Parquet: {t_floor_read:.3f}s")  # fmt: skip
     header = (
         f"{'estimator':<26} {'vec @' + format(n, ','):>13} {'target':>10} {'× floor':>8} {'cat × floor':>12} "
+        f"{'read @' + format(n, ','):>14} {'read × floor':>13} "
         f"{'vec @' + format(m, ','):>12} {'loop @' + format(m, ','):>13} {'loop/vec':>9} "
         f"{'loop @' + format(n, ',') + '*':>15} {'ratio @' + format(n, ','):>15} {'peak MiB':>9}"
     )
@@ -177,6 +196,7 @@ def main():
     for label, name, params, target in CASES:
         t_vec = timed(partial(run_vectorised, name, df, params), args.repeats)
         t_cat = timed(partial(run_vectorised, name, categorical, params), args.repeats)
+        t_read = timed(partial(run_vectorised, name, read_back, params), args.repeats)
         t_vec_small = timed(partial(run_vectorised, name, small, params), args.repeats)
         t_loop = timed(partial(run_loop, name, small, params), 1)
         loop_full = t_loop / m * n
@@ -184,7 +204,8 @@ def main():
         ok = "" if target is None else ("ok" if t_vec <= target else "MISS")
         print(
             f"{label:<26} {t_vec:>12.3f}s {(f'{target:.1f}s ' + ok) if target else '':>10} "
-            f"{t_vec / t_floor:>7.2f}x {t_cat / t_floor:>11.2f}x {t_vec_small:>11.4f}s "
+            f"{t_vec / t_floor:>7.2f}x {t_cat / t_floor:>11.2f}x {t_read:>13.3f}s {t_read / t_floor_read:>12.2f}x "
+            f"{t_vec_small:>11.4f}s "
             f"{t_loop:>12.3f}s {t_loop / t_vec_small:>8.0f}x {loop_full:>14.1f}s {loop_full / t_vec:>14.0f}x "
             f"{_mib(mem):>9}"
         )

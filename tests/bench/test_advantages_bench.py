@@ -1,0 +1,34 @@
+"""`bench/advantages.py` on a small table: every estimator's line, timed on the ids as they come, as categoricals
+and as read back from Parquet, each against its floor."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "advantages.py"
+
+
+def test_a_small_run_prints_every_estimator_against_each_floor():
+    run = subprocess.run([sys.executable, str(BENCH), "--rows", "20000", "--loop-rows", "4000", "--repeats", "1"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "floor on the table read back from Parquet" in run.stdout
+    header = next(line for line in run.stdout.splitlines() if line.startswith("estimator"))
+    assert "cat × floor" in header and "read × floor" in header
+    rows = [line for line in run.stdout.splitlines() if line.split(" ")[0] in {"gigpo", "hgpo", "grpo"}]
+    assert len(rows) == 3
+
+
+def test_the_parquet_round_trip_keeps_every_value_in_order(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "advantages_bench", BENCH
+    )  # not the tests/advantages package
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    table = bench.bench_steps(2000).sample(frac=1.0, random_state=0).reset_index(drop=True)
+    pd.testing.assert_frame_equal(bench.parquet_round_trip(table), table)
