@@ -30,8 +30,8 @@ Output in `--out` (default bench/results/): `learning.md` (per task and estimato
 CI over seeds, rounds to +0.30 over the initial policy, wall time, episodes and tokens used), `learning.png`
 (success by round, mean and 95 % CI band per estimator, a panel per task) and `runs/*.json`, one file per
 (task, estimator, seed) run, filed as the run ends and written atomically (a killed sweep leaves each file whole
-or absent): a finished run is not repeated when the command is run again (delete its file to redo it), so the
-table can be filled over several sittings.
+or absent, and the next run removes the temporary file a killed write left): a finished run is not repeated
+when the command is run again (delete its file to redo it), so the table can be filled over several sittings.
 
     .venv/bin/python bench/learning.py                       # the full table (hours on 2 CPU cores)
     .venv/bin/python bench/learning.py --tasks sparse-maze --estimators grpo gigpo --seeds 0 1 2 3 4
@@ -59,7 +59,7 @@ from creditline.comparison import plot, table  # noqa: E402
 from creditline.config import AdvantageSettings, ExperimentConfig, from_dict, load_config  # noqa: E402
 from creditline.config.checks import ConfigError  # noqa: E402
 from creditline.credit.advantages import available  # noqa: E402
-from creditline.store import config_hash, write_bytes_atomic  # noqa: E402
+from creditline.store import config_hash, remove_orphans, write_bytes_atomic  # noqa: E402
 from pipelines.cli import compare_members, prepare  # noqa: E402
 
 DEFAULT = ExperimentConfig().to_dict()
@@ -290,6 +290,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     seeds = args.seeds[:1] if args.quick else args.seeds
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    for orphan in remove_orphans(args.out):  # what a sweep killed while filing a run left: its temporary file
+        print(f"removed {orphan.path} ({orphan.reason})", flush=True)
     data_root = args.data_root or Path(tempfile.mkdtemp(prefix="creditline-learning-"))
     cli_args = prepare(["--data-root", str(data_root), "compare", "--estimators", ",".join(args.estimators),
                         "--quiet"])  # fmt: skip

@@ -45,7 +45,9 @@ def test_quick_run_files_each_run_as_it_ends_resumes_after_a_kill_and_reuses_the
     crashed = _bench(tmp_path, "--data-root", str(root), fault=f"write:{second_run.name}")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     assert not second_run.exists() and first_run.read_text() == filed
+    assert any(p.name.startswith(f".{second_run.name}.tmp-") for p in second_run.parent.iterdir())
     first = _bench(tmp_path, "--data-root", str(root))
+    assert f"removed {second_run.parent}/.{second_run.name}.tmp-" in first.stdout, first.stdout
     assert first.returncode == 0, first.stderr[-3000:]
     # the run filed before the kill is not played again; the task's other run is, in the same data root
     assert "compare bench-shaped-maze: grpo" not in first.stdout, first.stdout
@@ -64,7 +66,7 @@ def test_quick_run_files_each_run_as_it_ends_resumes_after_a_kill_and_reuses_the
     ]
     assert len(rows) == 1 + 4  # header + 2 tasks × 2 estimators
     assert (tmp_path / "learning.png").read_bytes().startswith(b"\x89PNG")
-    runs = sorted(p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())  # the killed write's temporary file removed
     assert runs == ["shaped-maze-gigpo-s0.json", "shaped-maze-grpo-s0.json", "single-turn-gigpo-s0.json",
                     "single-turn-grpo-s0.json"]  # fmt: skip
     saved = json.loads((tmp_path / "runs" / "shaped-maze-gigpo-s0.json").read_text())
