@@ -24,7 +24,7 @@ def test_a_small_run_prints_every_estimator_against_each_floor():
     assert len(rows) == 3
 
 
-def test_the_parquet_round_trip_keeps_every_value_in_order(tmp_path):
+def test_the_parquet_round_trip_keeps_every_value_in_order():
     spec = importlib.util.spec_from_file_location(
         "advantages_bench", BENCH
     )  # not the tests/advantages package
