@@ -11,7 +11,13 @@ from assets.partitions import ROUNDS
 from assets.stage import Stage, read_checked
 from creditline.credit.advantages import params_hash
 from creditline.credit.credit_plot import credit_episodes, credit_picture, credit_table
-from creditline.credit.round_advantages import reads_model_rewards, step_advantages, with_model_rewards
+from creditline.credit.round_advantages import (
+    ID_COLUMNS,
+    reads_model_rewards,
+    step_advantages,
+    with_model_rewards,
+    with_string_ids,
+)
 from creditline.store import write_bytes_atomic
 from resources import LineageResource, TrackerResource
 
@@ -39,14 +45,18 @@ def advantages(context: dg.AssetExecutionContext, lineage: LineageResource, trac
         if filtered:
             meta |= {"sample_filter": settings.sample_filter, "filter_remove": settings.filter_remove}
         output = stage.table("advantages", [(p.content_hash, "computed_from") for p in parents], meta)
-    episode_table, step_table, score_table = (read_checked(r) for r in (episodes, steps, scores))
+    episode_table = read_checked(episodes)
+    step_table, score_table = (read_checked(r, ID_COLUMNS) for r in (steps, scores))
 
     def compute():
-        values = step_table if rewards is None else with_model_rewards(step_table, read_checked(rewards))
+        values = step_table
+        if rewards is not None:
+            values = with_model_rewards(step_table, read_checked(rewards, ID_COLUMNS))
         return {"advantages": step_advantages(values, score_table, settings, episode_table)}
 
     stage.produce(compute)
     frame = output.value
+    step_table, score_table = with_string_ids(step_table), with_string_ids(score_table)
     credit = credit_table(
         episode_table, step_table, score_table, frame, credit_episodes(episode_table, step_table)
     )

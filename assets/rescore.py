@@ -19,7 +19,13 @@ from assets.partitions import ROUNDS, RUBRIC_VERSIONS, parse_round_key
 from assets.stage import Stage, read_checked
 from creditline.credit.advantages import params_hash
 from creditline.credit.rescore import RescoreComparison, compare_rescoring
-from creditline.credit.round_advantages import reads_model_rewards, step_advantages, with_model_rewards
+from creditline.credit.round_advantages import (
+    ID_COLUMNS,
+    reads_model_rewards,
+    step_advantages,
+    with_model_rewards,
+    with_string_ids,
+)
 from creditline.credit.rubric_registry import rubric_by_version
 from creditline.store import record_rubrics, rubric_versions
 from resources import LineageResource, TrackerResource
@@ -104,16 +110,18 @@ def rescored_advantages(
         compared = stage.table(
             "rescore_comparison", [(output, "compares"), (trained.content_hash, "compares")], {}, version
         )
-    rescored_table, trained_score_table = read_checked(rescored), read_checked(trained_scores)
+    rescored_table, trained_score_table = read_checked(rescored, ID_COLUMNS), read_checked(trained_scores)
 
     def compute():
-        step_table = read_checked(steps)
+        step_table = read_checked(steps, ID_COLUMNS)
         if rewards is not None:
-            step_table = with_model_rewards(step_table, read_checked(rewards))
+            step_table = with_model_rewards(step_table, read_checked(rewards, ID_COLUMNS))
         frame = step_advantages(
             step_table, rescored_table, settings, read_checked(episodes) if filtered else None
         )
-        comparison = compare_rescoring(trained_score_table, rescored_table, read_checked(trained), frame)
+        comparison = compare_rescoring(
+            trained_score_table, with_string_ids(rescored_table), read_checked(trained), frame
+        )
         summary = {
             "round": stage.round,
             "training_rubric": str(trained_score_table["rubric_version"].iloc[0]),

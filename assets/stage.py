@@ -327,15 +327,16 @@ def lookup_artifact(
     return store.ensure_local(record)
 
 
-def read_checked(record: ArtifactRecord) -> pd.DataFrame:
-    """A recorded table, checked before use: a file changed since it was recorded is refused.
+def read_checked(record: ArtifactRecord, categories: Sequence[str] = ()) -> pd.DataFrame:
+    """A recorded table, checked before use: a file changed since it was recorded is refused. The columns
+    named in `categories` are read as categoricals (`read_parquet`).
 
     The quick check (`check_on_disk(quick=True)`): a file with the fingerprint its writer took when it hashed
     the bytes is trusted (the round tables' blocking checks re-hash them once more, `verify` re-hashes
     everything); any other is re-hashed."""
     if problem := check_on_disk(record, quick=True):
         raise ChangedInputError(problem.detail)
-    return read_parquet(record.path)
+    return read_parquet(record.path, categories)
 
 
 def matching_output(

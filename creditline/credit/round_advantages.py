@@ -29,6 +29,11 @@ from creditline.credit.sample_filter import prof_keep
 
 STEP_KEY = ["episode_id", "step_idx"]
 """What identifies a step row in every round table."""
+ID_COLUMNS = ("episode_id", "group_id", "anchor_key")
+"""The ids the estimators group by. The stages that estimate read them as categoricals straight from the
+steps and scores files (`creditline.store.read_parquet(path, categories=ID_COLUMNS)`), so the join and every
+estimator use Parquet's dictionary codes and no id string is hashed (docs/advantages.md, Performance); the
+tables they write carry the ids as plain strings again (`with_string_ids`)."""
 REWARD_COLUMNS = ["step_reward", "episode_reward"]
 """What a scores table gives the estimator."""
 
@@ -36,12 +41,26 @@ REWARD_COLUMNS = ["step_reward", "episode_reward"]
 def join_on_step(left: pd.DataFrame, right: pd.DataFrame, columns: list[str], what: str) -> pd.DataFrame:
     """`left` with `columns` of `right` joined on (episode_id, step_idx), one to one, every left row kept.
 
-    `what` names `right` in the error when it does not cover every step of `left`.
+    `what` names `right` in the error when it does not cover every step of `left`. Where both sides read
+    the episode ids as categoricals, `right`'s are recoded to `left`'s categories (its K distinct ids
+    looked up, not its S rows), so the join matches codes and the result keeps `left`'s categorical.
     """
-    joined = left.merge(right[[*STEP_KEY, *columns]], on=STEP_KEY, how="inner", validate="one_to_one")
+    right = right[[*STEP_KEY, *columns]]
+    left_ids, right_ids = left["episode_id"], right["episode_id"]
+    if isinstance(left_ids.dtype, pd.CategoricalDtype) and isinstance(right_ids.dtype, pd.CategoricalDtype):
+        right = right.assign(episode_id=right_ids.cat.set_categories(left_ids.cat.categories))
+    joined = left.merge(right, on=STEP_KEY, how="inner", validate="one_to_one")
     if len(joined) != len(left):
         raise ValueError(f"{what} cover {len(joined)} of {len(left)} step rows")
     return joined
+
+
+def with_string_ids(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its categorical `ID_COLUMNS` as plain string columns (the others unchanged): what the
+    tables on disk hold, and what code that sorts or groups by an id expects (a categorical sorts by its
+    categories' order and groups over categories no row has)."""
+    categorical = [c for c in ID_COLUMNS if c in frame and isinstance(frame[c].dtype, pd.CategoricalDtype)]
+    return frame.astype({c: object for c in categorical}) if categorical else frame
 
 
 def reads_model_rewards(estimator: str) -> bool:
@@ -91,7 +110,8 @@ def estimate(
     if settings.sample_filter == "prof":
         if episodes is None:
             raise ValueError("the prof sample filter needs the round's episodes (their success)")
-        kept = prof_keep(joined, episodes, settings.filter_remove).reindex(joined["episode_id"]).to_numpy()
+        plain = with_string_ids(joined[["episode_id", "group_id", "step_reward"]])
+        kept = prof_keep(plain, episodes, settings.filter_remove).reindex(plain["episode_id"]).to_numpy()
     advantage = np.zeros(len(joined))
     advantage[kept] = compute(settings.estimator, joined[kept], **settings.params)  # (S_kept,)
     if "preset_advantage" in joined:
@@ -114,10 +134,11 @@ def step_advantages(
     columns = ["episode_id", "group_id", "step_idx", "anchor_key", "completion_ids", *preset, *extra]
     joined = join_on_step(steps[columns], scores, ["rubric_version", *REWARD_COLUMNS], "scores")
     advantage, kept = estimate(joined, settings, episodes)
+    ids = with_string_ids(joined[["episode_id", "group_id"]])
     table = pd.DataFrame(
         {
-            "episode_id": joined["episode_id"],
-            "group_id": joined["group_id"],
+            "episode_id": ids["episode_id"],
+            "group_id": ids["group_id"],
             "step_idx": joined["step_idx"],
             "rubric_version": joined["rubric_version"],
             "estimator": settings.estimator,

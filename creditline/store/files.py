@@ -19,7 +19,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -202,11 +202,18 @@ def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: PathLike) -> File
     return FileRecord(str(final), content_hash, table.num_rows, hashed.st_size, fingerprint)
 
 
-def read_parquet(path: PathLike) -> pd.DataFrame:
-    """Read a Parquet file written by ``write_parquet_atomic`` back into pandas."""
+def read_parquet(path: PathLike, categories: Sequence[str] = ()) -> pd.DataFrame:
+    """Read a Parquet file written by ``write_parquet_atomic`` back into pandas.
+
+    The columns named in `categories` (those of them the file has) come back as pandas categoricals read
+    straight from Parquet's dictionary pages: their values are neither made into one Python object per row
+    nor hashed, and the categoricals' codes are what the advantage estimators group by
+    (`creditline.credit.round_advantages.ID_COLUMNS`). A column chunk whose dictionary grew past the writer's
+    limit was stored plain; Arrow hashes that one while reading (in C++), and the result is the same.
+    """
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pandas()
+    return pq.read_table(path, read_dictionary=list(categories) or None).to_pandas()
 
 
 def write_bytes_atomic(data: bytes, path: PathLike) -> str:

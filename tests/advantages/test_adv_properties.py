@@ -161,3 +161,22 @@ def test_anchors_shared_by_the_whole_group_give_step_groups_that_are_the_episode
     np.testing.assert_allclose(
         compute("gigpo", steps, gamma=gamma), 2 * grpo, rtol=1e-4, atol=1e-4
     )  # the ε terms differ
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(-1, 6)), min_size=1, max_size=40),
+    st.booleans(),
+)
+def test_the_sorting_permutation_is_the_stable_sort_by_episode_then_step(rows, numbered):
+    # numbered: each episode's steps 0..n−1 (placed without a sort); otherwise any steps, repeats and gaps
+    from creditline.credit.advantages.table import _sort_order
+
+    episode = np.array([e for e, _ in rows], dtype=np.int64)
+    step = np.array([s for _, s in rows], dtype=np.int64)
+    if numbered:
+        step = pd.Series(episode).groupby(episode).cumcount().to_numpy()
+        shuffled = np.random.default_rng(len(rows)).permutation(len(rows))
+        episode, step = episode[shuffled], step[shuffled]
+    episode = np.unique(episode, return_inverse=True)[1].astype(np.int64)  # dense codes, as the table's
+    assert _sort_order(episode, step).tolist() == np.lexsort((step, episode)).tolist()

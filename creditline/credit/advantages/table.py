@@ -356,10 +356,13 @@ def extra_column(table: StepTable, name: str, estimator: str, needs: str) -> np.
 
 
 def _sort_order(ep_codes: np.ndarray, step_idx: np.ndarray) -> np.ndarray:
-    """Permutation sorting rows by (episode code, step_idx); O(S) when already sorted."""
+    """Permutation sorting rows by (episode code, step_idx); O(S) when the steps of every episode are
+    0..n−1 (`_placed_order`, what `_check_steps` requires) or the rows already sorted, else a stable sort."""
     n = ep_codes.shape[0]
     if n == 0:
         return np.zeros(0, np.int64)
+    if (order := _placed_order(ep_codes, step_idx)) is not None:
+        return order
     lo, hi = int(step_idx.min()), int(step_idx.max())
     span = hi - lo + 1
     if span < (1 << 62) // max(int(ep_codes.max()) + 1, 1):
@@ -368,6 +371,23 @@ def _sort_order(ep_codes: np.ndarray, step_idx: np.ndarray) -> np.ndarray:
             return np.arange(n, dtype=np.int64)
         return np.argsort(key, kind="stable").astype(np.int64)
     return np.lexsort((step_idx, ep_codes)).astype(np.int64)
+
+
+def _placed_order(ep_codes: np.ndarray, step_idx: np.ndarray) -> np.ndarray | None:
+    """The sorting permutation without a sort, or None: with n_e rows of episode e (dense codes), numbered
+    0..n_e−1, row r goes to place start[e] + step_idx[r], start the cumulative row count of the episodes
+    before e. None unless every row lands on a place of its own (repeated or missing steps: the caller
+    sorts, and `_check_steps` names the row)."""
+    n = ep_codes.shape[0]
+    count = np.bincount(ep_codes)  # (E,)
+    if step_idx.min() < 0 or (step_idx >= count[ep_codes]).any():
+        return None
+    place = (np.cumsum(count) - count)[ep_codes] + step_idx  # (S,) in [0, S)
+    if not (np.bincount(place, minlength=n) == 1).all():
+        return None
+    order = np.empty(n, dtype=np.int64)
+    order[place] = np.arange(n)
+    return order
 
 
 def _check_steps(ep, sidx, order, ids) -> tuple[np.ndarray, np.ndarray]:
