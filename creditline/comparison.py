@@ -78,7 +78,10 @@ def line_style(index: int) -> tuple[str, str]:
 def plot(results: Results, colours: Sequence[str] = ()) -> bytes:
     """PNG: held-out success by round, mean and 95 % CI band per estimator, a panel per task. `colours`
     orders the estimators for their colours (one colour and line style per estimator in every panel)."""
-    from creditline.plots import plt
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display
+    import matplotlib.pyplot as plt
 
     tasks = list(dict.fromkeys(k[0] for k in results))
     order = list(dict.fromkeys([*colours, *(k[1] for k in results)]))

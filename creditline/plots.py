@@ -1,29 +1,104 @@
-"""Small PNG plots for people: success and return by round (matplotlib, no display needed)."""
+"""The round's chart for people: held-out success and mean return by round, drawn with Pillow.
+
+It is drawn every round (the `evaluation` asset: Dagster metadata and an MLflow artifact). matplotlib took
+~56 ms a round for it, and its import ~0.4 s a process; this takes a few milliseconds and imports nothing
+beyond Pillow. The chart: a frame with a light grid at the y ticks, the success rate as a solid blue line
+with round markers, the mean return as a dashed orange line with small markers, the title above, a legend
+in the top left corner, the x axis in rounds (0 = the initial policy). y spans
+[min(−0.1, min return − 0.05), 1.05].
+"""
 
 from __future__ import annotations
 
 import io
+import math
 
-import matplotlib
+from PIL import Image, ImageDraw, ImageFont
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+WIDTH, HEIGHT = 500, 300  # px
+LEFT, RIGHT, TOP, BOTTOM = 50, 12, 26, 40  # px: the plot area's margins
+BLUE, ORANGE, GRID = (31, 119, 180), (255, 127, 14), (225, 225, 225)
+
+
+def nice_step(span: float, most: int) -> float:
+    """The smallest of 1, 2, 5 × 10^k that cuts `span` into at most `most` steps."""
+    raw = max(span, 1e-12) / most
+    power = 10.0 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9))
+
+
+def ticks(low: float, high: float, most: int, integer: bool = False) -> list[float]:
+    """Multiples of `nice_step` inside [low, high] (whole numbers if `integer`)."""
+    step = nice_step(high - low, most)
+    if integer:
+        step = max(1.0, math.ceil(step))
+    first = math.ceil(low / step - 1e-9)
+    return [k * step for k in range(first, math.floor(high / step + 1e-9) + 1)]
+
+
+def _label(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:g}"
 
 
 def success_by_round(rounds: list[int], success: list[float], mean_return: list[float], title: str) -> bytes:
-    """A two-line chart of held-out success rate and mean return per round; returns PNG bytes."""
-    figure, axis = plt.subplots(figsize=(5, 3), dpi=100)
-    axis.plot(rounds, success, marker="o", label="success rate")
-    axis.plot(rounds, mean_return, marker=".", linestyle="--", label="mean return")
-    axis.set_xlabel("round (0 = initial policy)")
-    axis.set_ylim(min(-0.1, min(mean_return, default=0) - 0.05), 1.05)
-    axis.set_title(title, fontsize=9)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="upper left")
-    figure.subplots_adjust(
-        left=0.11, right=0.97, top=0.9, bottom=0.15
-    )  # fixed margins: tight_layout doubles the cost
+    """A two-line chart of held-out success rate and mean return per round; returns PNG bytes
+    (WIDTH × HEIGHT, the same bytes for the same input)."""
+    first, last = (min(rounds), max(rounds)) if rounds else (0, 1)
+    pad = max(0.5, 0.04 * (last - first))
+    x_low, x_high = first - pad, last + pad
+    y_low, y_high = min(-0.1, min(mean_return, default=0.0) - 0.05), 1.05
+    width, height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        """The pixel of data point (x, y)."""
+        return (
+            LEFT + (x - x_low) / (x_high - x_low) * width,
+            TOP + (y_high - y) / (y_high - y_low) * height,
+        )
+
+    image = Image.new("RGB", (WIDTH, HEIGHT), "white")
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=10)
+    for y in ticks(y_low, y_high, 6):
+        _, py = at(x_low, y)
+        draw.line((LEFT, py, LEFT + width, py), fill=GRID)
+        draw.text((LEFT - 4, py), _label(y), fill="black", font=font, anchor="rm")
+    for x in ticks(x_low, x_high, 10, integer=True):
+        px, _ = at(x, y_low)
+        draw.line((px, TOP, px, TOP + height), fill=GRID)
+        draw.text((px, TOP + height + 4), _label(x), fill="black", font=font, anchor="mt")
+    draw.rectangle((LEFT, TOP, LEFT + width, TOP + height), outline="black")
+    points = [at(x, y) for x, y in zip(rounds, mean_return, strict=True)]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        _dashed(draw, (x0, y0), (x1, y1), ORANGE)
+    for px, py in points:
+        draw.ellipse((px - 2, py - 2, px + 2, py + 2), fill=ORANGE)
+    points = [at(x, y) for x, y in zip(rounds, success, strict=True)]
+    if len(points) > 1:
+        draw.line(points, fill=BLUE, width=2)
+    for px, py in points:
+        draw.ellipse((px - 3.5, py - 3.5, px + 3.5, py + 3.5), fill=BLUE)
+    draw.text((WIDTH / 2, 6), title, fill="black", font=font, anchor="mt")
+    draw.text(
+        (LEFT + width / 2, HEIGHT - 14), "round (0 = initial policy)", fill="black", font=font, anchor="mt"
+    )
+    for row, (label, colour) in enumerate((("success rate", BLUE), ("mean return", ORANGE))):
+        y = TOP + 10 + 14 * row
+        draw.line((LEFT + 8, y, LEFT + 26, y), fill=colour, width=2)
+        draw.text((LEFT + 32, y), label, fill="black", font=font, anchor="lm")
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", metadata={"Software": None})
-    plt.close(figure)
+    image.save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def _dashed(draw: ImageDraw.ImageDraw, start: tuple[float, float], end: tuple[float, float], colour) -> None:
+    """A dashed segment: 6 px on, 4 px off."""
+    length = math.hypot(end[0] - start[0], end[1] - start[1])
+    if length == 0:
+        return
+    dx, dy = (end[0] - start[0]) / length, (end[1] - start[1]) / length
+    for on in range(0, math.ceil(length), 10):
+        stop = min(on + 6, length)
+        draw.line(
+            (start[0] + dx * on, start[1] + dy * on, start[0] + dx * stop, start[1] + dy * stop), colour, 2
+        )
