@@ -92,3 +92,40 @@ def test_concurrent_writer_processes_lose_nothing(store: LineageStore) -> None:
     assert sorted(a.content_hash for a in artifacts if a.kind == "shared") == [f"shared{r}" for r in range(5)]
     assert store.parents("14") == [("root", "from")]
     assert store.parents("shared3") == [("root", "from")]
+
+
+_PROBE = """
+import sys, duckdb
+try:
+    duckdb.connect(sys.argv[1]).close()
+    print("free")
+except duckdb.IOException as error:
+    print("locked" if "lock" in str(error).lower() else error)
+"""
+
+
+def _seen_from_another_process(path: str) -> str:
+    """"free" when another process can open the catalog file right now, "locked" when it is held."""
+    probe = subprocess.run([sys.executable, "-c", _PROBE, path], capture_output=True, text=True, timeout=60)
+    return probe.stdout.strip()
+
+
+def test_the_file_is_locked_for_a_session_only_and_free_between_transactions(tmp_path: Path) -> None:
+    """The catalog is attached to this process's DuckDB for one transaction or session and detached after
+    it (`connection.open_catalog`): a file left attached would keep every other process out."""
+    store = LineageStore(tmp_path / "l.duckdb")
+    store.register_experiment("exp", {})
+    assert _seen_from_another_process(store.path) == "free"
+    with store.session():
+        store.artifacts("exp")
+        with store.session():  # nested: the outer block's connection
+            store.artifacts("exp")
+        assert _seen_from_another_process(store.path) == "locked"
+        store.artifacts("exp")
+    assert _seen_from_another_process(store.path) == "free"
+    other = LineageStore(tmp_path / "other.duckdb")  # a second catalog in one process, one inside the other
+    with store.session():
+        other.register_experiment("exp", {})
+        assert _seen_from_another_process(other.path) == "free"
+    assert _seen_from_another_process(store.path) == "free"
+    assert [r[0] for r in store.fetchall("SELECT experiment FROM experiments")] == ["exp"]
