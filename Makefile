@@ -10,6 +10,7 @@
 #   make bench-trainer   one training step at vocabulary 151,936: chunked vs full-vocabulary log-probs
 #   make bench-rollout   the torch engine against vLLM on the same model and prompts: tokens/s of each
 #   make bench-startup   the start of --help, report and lineage beside `python -c pass` (best of 3 wall times)
+#   make bench-catalog   one lineage transaction: the file attached to the process's DuckDB vs an instance of its own
 #   make lint   ruff check + format check
 
 PYTHON ?= python3
@@ -21,7 +22,7 @@ UI_PORT ?= 3000
 MLFLOW_PORT ?= 5000
 export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 
-.PHONY: run test test-fast servers ui mlflow bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup bench-sqlite lint install install-test clean
+.PHONY: run test test-fast servers ui mlflow bench bench-learning bench-overhead bench-trainer bench-chat bench-rollout bench-startup bench-sqlite bench-catalog lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -146,6 +147,9 @@ bench-startup: install
 
 bench-sqlite: install
 	$(BIN)/python bench/sqlite_commits.py
+
+bench-catalog: install
+	$(BIN)/python bench/catalog.py
 
 lint: install-test
 	$(BIN)/ruff check .

@@ -105,7 +105,7 @@ except duckdb.IOException as error:
 
 
 def _seen_from_another_process(path: str) -> str:
-    """"free" when another process can open the catalog file right now, "locked" when it is held."""
+    """The word "free" when another process can open the catalog file right now, "locked" when it is held."""
     probe = subprocess.run([sys.executable, "-c", _PROBE, path], capture_output=True, text=True, timeout=60)
     return probe.stdout.strip()
 

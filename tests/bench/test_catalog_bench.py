@@ -1,0 +1,16 @@
+"""`bench/catalog.py` with a few transactions: both ways timed in one run, the ratio printed."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "catalog.py"
+
+
+def test_a_short_run_times_both_ways_side_by_side():
+    run = subprocess.run([sys.executable, str(BENCH), "--transactions", "5"], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "attached to the process's DuckDB (LineageStore)" in run.stdout
+    assert re.search(r"a DuckDB instance of its own \(duckdb.connect\): +[\d.]+ ms +\([\d.]+x\)", run.stdout)
