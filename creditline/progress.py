@@ -52,6 +52,11 @@ def stage(name: str) -> Iterator[None]:
             _sink.end(name)
 
 
+def in_stage() -> bool:
+    """True while a stage's compute runs in this process (any thread may ask)."""
+    return bool(_names)
+
+
 def update(done: int, total: int | None, unit: str) -> None:
     """Report `done` of `total` `unit`s (total None: not known ahead) of the current stage's work."""
     if _sink is not None:

@@ -196,14 +196,21 @@ def _watch_slot_waits(
 ) -> None:
     """Every SLOT_POLL_S while this process's run waits for a pool slot: reclaim the runs of dead processes
     (their slots go to the waiting steps), say once per change who holds the slots, and wake the main
-    thread to stop if Ctrl-C or SIGTERM came. A failed poll (a locked sqlite file) is tried again."""
+    thread to stop if Ctrl-C or SIGTERM came. A failed poll (a locked sqlite file) is tried again.
+
+    While a stage computes (`progress.in_stage`) the run waits for nothing (the in-process executor claims a
+    step's slot before the step starts), so Dagster is not asked; the instance polled is the process's
+    (`_watch_instance`), not one built per round."""
+    from creditline import progress
     from creditline.liveness import this_process
     from pipelines.reaper import pool_holders, reap_dead_runs, waits_for_slot
 
-    instance, announced, me = None, [], str(this_process())
+    announced, me = [], str(this_process())
     while not stop.wait(SLOT_POLL_S):
+        if progress.in_stage():
+            continue
         try:
-            instance = instance or dg.DagsterInstance.from_config(str(Path(data_root) / "dagster_home"))
+            instance = _watch_instance(str(Path(data_root) / "dagster_home"))
             if not waits_for_slot(instance, me):
                 announced = []
                 continue
@@ -215,8 +222,12 @@ def _watch_slot_waits(
                 break
         except Exception:  # noqa: BLE001 - the next poll tries again; the run itself is not affected
             continue
-    if instance is not None:
-        instance.dispose()
+
+
+@functools.lru_cache(maxsize=4)
+def _watch_instance(home: str) -> dg.DagsterInstance:
+    """The Dagster instance at `home` the pool-slot watcher polls, built once per process (~35 ms each)."""
+    return dg.DagsterInstance.from_config(home)
 
 
 def _announce_holders(held: list[str], announced: list[str]) -> list[str]:

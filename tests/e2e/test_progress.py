@@ -2,6 +2,7 @@
 the time left); with `--quiet`, or when stderr is not a terminal, nothing is drawn."""
 
 import io
+import threading
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,25 @@ def test_without_a_sink_a_report_draws_nothing(capsys):
     with progress.stage("rollouts"):
         progress.update(1, 2, "episodes")
     assert capsys.readouterr() == ("", "")
+
+
+def test_another_thread_sees_whether_a_stage_computes():
+    # the pool-slot watcher asks Dagster whether the run waits for a slot only outside a stage's compute
+    seen = []
+
+    def ask():
+        seen.append(progress.in_stage())
+
+    def from_a_thread():
+        thread = threading.Thread(target=ask)
+        thread.start()
+        thread.join()
+
+    from_a_thread()
+    with progress.stage("rollouts"):
+        from_a_thread()
+        with progress.stage("inner"):
+            from_a_thread()
+        from_a_thread()
+    from_a_thread()
+    assert seen == [False, True, True, True, False]
