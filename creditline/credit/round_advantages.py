@@ -43,12 +43,14 @@ def join_on_step(left: pd.DataFrame, right: pd.DataFrame, columns: list[str], wh
 
     `what` names `right` in the error when it does not cover every step of `left`. Where both sides read
     the episode ids as categoricals, `right`'s are recoded to `left`'s categories (its K distinct ids
-    looked up, not its S rows), so the join matches codes and the result keeps `left`'s categorical.
+    looked up, not its S rows), so the join matches codes and the result keeps `left`'s categorical; its
+    rows of episodes `left` does not have are dropped first (recoded they would all be null, and equal).
     """
     right = right[[*STEP_KEY, *columns]]
     left_ids, right_ids = left["episode_id"], right["episode_id"]
     if isinstance(left_ids.dtype, pd.CategoricalDtype) and isinstance(right_ids.dtype, pd.CategoricalDtype):
-        right = right.assign(episode_id=right_ids.cat.set_categories(left_ids.cat.categories))
+        recoded = right_ids.cat.set_categories(left_ids.cat.categories)
+        right = right.assign(episode_id=recoded)[recoded.notna().to_numpy()]
     joined = left.merge(right, on=STEP_KEY, how="inner", validate="one_to_one")
     if len(joined) != len(left):
         raise ValueError(f"{what} cover {len(joined)} of {len(left)} step rows")

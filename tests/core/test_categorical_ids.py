@@ -61,6 +61,12 @@ def test_the_join_matches_codes_and_keeps_the_steps_categorical(tmp_path):
     assert isinstance(joined["episode_id"].dtype, pd.CategoricalDtype)
     expected = join_on_step(steps, scores, ["step_reward"], "scores")
     pd.testing.assert_frame_equal(with_string_ids(joined), expected)
+    # scores of more episodes than a steps file has (one group's): the others' rows are left out
+    plain_subset = steps[steps["group_id"] == "g00"]
+    subset = _read_back(plain_subset, tmp_path, "subset")
+    some = join_on_step(subset, coded_scores, ["step_reward"], "scores")
+    expected = join_on_step(plain_subset.reset_index(drop=True), scores, ["step_reward"], "scores")
+    pd.testing.assert_frame_equal(with_string_ids(some), expected)
     # an episode the steps do not have, and a step the scores miss: refused as with string ids
     other = scores.iloc[1:].assign(episode_id=lambda f: f["episode_id"].where(f.index != 2, "elsewhere"))
     with pytest.raises(ValueError, match=f"scores cover {len(steps) - 2} of {len(steps)} step rows"):
