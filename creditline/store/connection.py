@@ -104,8 +104,10 @@ def _host(pid: int) -> duckdb.DuckDBPyConnection:
     return duckdb.connect()
 
 
-_FILES: dict[str, tuple[str, int]] = {}
-"""Catalog file (absolute path) -> (its alias in `_host`, the open blocks using it), in this process."""
+_FILES: dict[tuple[int, str], tuple[str, int]] = {}
+"""(pid, catalog file's absolute path) -> (its alias in `_host`, the open blocks using it). (alias, 0): maybe
+attached (an ATTACH or DETACH was interrupted), checked at the next open. Keyed by pid: a child forked inside
+a block starts with none."""
 _ALIASES = itertools.count(1)
 
 
@@ -113,35 +115,45 @@ _ALIASES = itertools.count(1)
 def _attach_file(target: str) -> Iterator[str]:
     """The alias `target` is attached under in `_host` for the block: attached by the outermost block on it
     (which takes the file's lock, or fails as `duckdb.connect` would) and detached when that block ends (which
-    checkpoints its write-ahead log and releases the lock). The caller holds `_THREADS`."""
-    key = os.path.abspath(target)
-    host = _host(os.getpid())
+    checkpoints its write-ahead log and releases the lock). The caller holds `_THREADS`.
+
+    An interrupt (Ctrl-C, SIGTERM) can land while DuckDB attaches or detaches, after or before the call took
+    effect: the entry is left at (alias, 0) and the next open asks DuckDB whether the alias is attached,
+    reusing it or attaching anew, so the process's later calls work either way."""
+    key = (os.getpid(), os.path.abspath(target))
+    host = _host(key[0])
     alias, users = _FILES.get(key, ("", 0))
-    if not alias:
+    if users == 0 and not (alias and _is_attached(host, alias)):
         alias = f"catalog_{next(_ALIASES)}"
-        quoted = target.replace("'", "''")  # ATTACH takes no parameters: a quoted literal
-        try:
-            host.execute(f"ATTACH '{quoted}' AS {alias}")
-        except duckdb.Error as error:
-            if "created with an newer version" in str(error) or "newer version of DuckDB" in str(error):
-                raise CatalogTooNewError(target, duckdb.__version__) from None
-            if _is_damaged(error) and os.path.isfile(target):
-                raise CatalogDamagedError(target, str(error).splitlines()[0]) from None
-            raise
+        _FILES[key] = (alias, 0)
+        _attach(host, target, alias)
     _FILES[key] = (alias, users + 1)
     try:
         yield alias
     finally:
-        alias, users = _FILES[key]
-        if users > 1:
-            _FILES[key] = (alias, users - 1)
-        else:
-            try:
-                host.execute(f"DETACH {alias}")
-            except BaseException:
-                _FILES[key] = (alias, 0)  # still attached: the next block on it uses it and detaches it
-                raise
+        users = _FILES[key][1] - 1
+        _FILES[key] = (alias, users)
+        if users == 0:
+            host.execute(f"DETACH {alias}")
             del _FILES[key]
+
+
+def _is_attached(host: duckdb.DuckDBPyConnection, alias: str) -> bool:
+    found = host.execute("SELECT 1 FROM duckdb_databases() WHERE database_name = ?", [alias]).fetchone()
+    return found is not None
+
+
+def _attach(host: duckdb.DuckDBPyConnection, target: str, alias: str) -> None:
+    """ATTACH `target` as `alias`; a damaged or newer DuckDB's file is refused in one line naming it."""
+    quoted = target.replace("'", "''")  # ATTACH takes no parameters: a quoted literal
+    try:
+        host.execute(f"ATTACH '{quoted}' AS {alias}")
+    except duckdb.Error as error:
+        if "created with an newer version" in str(error) or "newer version of DuckDB" in str(error):
+            raise CatalogTooNewError(target, duckdb.__version__) from None
+        if _is_damaged(error) and os.path.isfile(target):
+            raise CatalogDamagedError(target, str(error).splitlines()[0]) from None
+        raise
 
 
 _DAMAGED = ("could not read enough bytes", "not a valid duckdb database", "corrupt", "checksum")

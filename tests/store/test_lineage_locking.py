@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -129,3 +130,43 @@ def test_the_file_is_locked_for_a_session_only_and_free_between_transactions(tmp
         assert _seen_from_another_process(other.path) == "free"
     assert _seen_from_another_process(store.path) == "free"
     assert [r[0] for r in store.fetchall("SELECT experiment FROM experiments")] == ["exp"]
+
+
+@pytest.mark.parametrize("statement", ["ATTACH", "DETACH"])
+@pytest.mark.parametrize("took_effect", [True, False])
+def test_an_interrupt_while_attaching_or_detaching_leaves_the_next_call_working(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, statement: str, took_effect: bool
+) -> None:
+    """Ctrl-C or SIGTERM lands while DuckDB attaches or detaches the catalog, after the statement took effect or
+    before: the process's next call still works, and the file is free for other processes after it."""
+    from creditline.store import connection
+
+    store = LineageStore(tmp_path / "l.duckdb")
+    store.register_experiment("exp", {})
+    host = connection._host(os.getpid())
+    interrupts = [statement]
+
+    class Interrupted:
+        def __getattr__(self, name: str):
+            return getattr(host, name)
+
+        def execute(self, sql: str, *args):
+            if interrupts and sql.startswith(interrupts[0]):
+                interrupts.clear()
+                if took_effect:
+                    host.execute(sql, *args)
+                raise KeyboardInterrupt
+            return host.execute(sql, *args)
+
+    monkeypatch.setattr(connection, "_host", lambda pid: Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        store.register_experiment("second", {})
+    store.register_experiment("third", {})
+    committed = ["second"] if statement == "DETACH" else []  # its transaction had committed
+    assert sorted(r[0] for r in store.fetchall("SELECT experiment FROM experiments")) == [
+        "exp",
+        *committed,
+        "third",
+    ]
+    assert connection._FILES == {}
+    assert _seen_from_another_process(store.path) == "free"
