@@ -126,7 +126,11 @@ def _attach_file(target: str) -> Iterator[str]:
     if users == 0 and not (alias and _is_attached(host, alias)):
         alias = f"catalog_{next(_ALIASES)}"
         _FILES[key] = (alias, 0)
-        _attach(host, target, alias)
+        try:
+            _attach(host, target, alias)
+        except Exception:  # refused by DuckDB (the file locked, damaged): not attached
+            del _FILES[key]
+            raise
     _FILES[key] = (alias, users + 1)
     try:
         yield alias
