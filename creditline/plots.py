@@ -42,15 +42,20 @@ def _label(value: float) -> str:
 
 def success_by_round(rounds: list[int], success: list[float], mean_return: list[float], title: str) -> bytes:
     """A two-line chart of held-out success rate and mean return per round; returns PNG bytes
-    (WIDTH × HEIGHT, the same bytes for the same input)."""
+    (WIDTH × HEIGHT, the same bytes for the same input). A value that is not a finite number leaves a gap in
+    its line, and the lines are cut at the plot area's frame (a return above 1.05 leaves it)."""
     first, last = (min(rounds), max(rounds)) if rounds else (0, 1)
     pad = max(0.5, 0.04 * (last - first))
     x_low, x_high = first - pad, last + pad
-    y_low, y_high = min(-0.1, min(mean_return, default=0.0) - 0.05), 1.05
+    lowest = min((r for r in mean_return if math.isfinite(r)), default=0.0)
+    y_low, y_high = min(-0.1, lowest - 0.05), 1.05
     width, height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    frame = (LEFT, TOP, LEFT + width, TOP + height)
 
-    def at(x: float, y: float) -> tuple[float, float]:
-        """The pixel of data point (x, y)."""
+    def at(x: float, y: float) -> tuple[float, float] | None:
+        """The pixel of data point (x, y); None for a value that is not a finite number."""
+        if not math.isfinite(y):
+            return None
         return (
             LEFT + (x - x_low) / (x_high - x_low) * width,
             TOP + (y_high - y) / (y_high - y_low) * height,
@@ -60,24 +65,26 @@ def success_by_round(rounds: list[int], success: list[float], mean_return: list[
     draw = ImageDraw.Draw(image)
     font = ImageFont.load_default(size=10)
     for y in ticks(y_low, y_high, 6):
-        _, py = at(x_low, y)
+        py = TOP + (y_high - y) / (y_high - y_low) * height
         draw.line((LEFT, py, LEFT + width, py), fill=GRID)
         draw.text((LEFT - 4, py), _label(y), fill="black", font=font, anchor="rm")
     for x in ticks(x_low, x_high, 10, integer=True):
-        px, _ = at(x, y_low)
+        px = LEFT + (x - x_low) / (x_high - x_low) * width
         draw.line((px, TOP, px, TOP + height), fill=GRID)
         draw.text((px, TOP + height + 4), _label(x), fill="black", font=font, anchor="mt")
-    draw.rectangle((LEFT, TOP, LEFT + width, TOP + height), outline="black")
-    points = [at(x, y) for x, y in zip(rounds, mean_return, strict=True)]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-        _dashed(draw, (x0, y0), (x1, y1), ORANGE)
-    for px, py in points:
-        draw.ellipse((px - 2, py - 2, px + 2, py + 2), fill=ORANGE)
-    points = [at(x, y) for x, y in zip(rounds, success, strict=True)]
-    if len(points) > 1:
-        draw.line(points, fill=BLUE, width=2)
-    for px, py in points:
-        draw.ellipse((px - 3.5, py - 3.5, px + 3.5, py + 3.5), fill=BLUE)
+    draw.rectangle(frame, outline="black")
+    for values, colour, dashed, radius in ((mean_return, ORANGE, True, 2.0), (success, BLUE, False, 3.5)):
+        points = [at(x, y) for x, y in zip(rounds, values, strict=True)]
+        for start, end in zip(points, points[1:], strict=False):
+            seen = None if start is None or end is None else _clip(start, end, frame)
+            if seen and dashed:
+                _dashed(draw, *seen, colour)
+            elif seen:
+                draw.line((*seen[0], *seen[1]), fill=colour, width=2)
+        for point in points:
+            if point is not None and _inside(point, frame):
+                px, py = point
+                draw.ellipse((px - radius, py - radius, px + radius, py + radius), fill=colour)
     draw.text((WIDTH / 2, 6), title, fill="black", font=font, anchor="mt")
     draw.text(
         (LEFT + width / 2, HEIGHT - 14), "round (0 = initial policy)", fill="black", font=font, anchor="mt"
@@ -91,7 +98,33 @@ def success_by_round(rounds: list[int], success: list[float], mean_return: list[
     return buffer.getvalue()
 
 
-def _dashed(draw: ImageDraw.ImageDraw, start: tuple[float, float], end: tuple[float, float], colour) -> None:
+Point = tuple[float, float]
+
+
+def _inside(point: Point, frame: tuple[float, float, float, float]) -> bool:
+    return frame[0] <= point[0] <= frame[2] and frame[1] <= point[1] <= frame[3]
+
+
+def _clip(start: Point, end: Point, frame: tuple[float, float, float, float]) -> tuple[Point, Point] | None:
+    """The part of the segment inside the frame (x0, y0, x1, y1), or None (Liang–Barsky)."""
+    (x0, y0), (dx, dy) = start, (end[0] - start[0], end[1] - start[1])
+    low, high = 0.0, 1.0
+    for p, q in ((-dx, x0 - frame[0]), (dx, frame[2] - x0), (-dy, y0 - frame[1]), (dy, frame[3] - y0)):
+        if p == 0:
+            if q < 0:
+                return None  # parallel to this edge and outside it
+            continue
+        t = q / p
+        if p < 0:
+            low = max(low, t)
+        else:
+            high = min(high, t)
+        if low > high:
+            return None
+    return (x0 + low * dx, y0 + low * dy), (x0 + high * dx, y0 + high * dy)
+
+
+def _dashed(draw: ImageDraw.ImageDraw, start: Point, end: Point, colour) -> None:
     """A dashed segment: 6 px on, 4 px off."""
     length = math.hypot(end[0] - start[0], end[1] - start[1])
     if length == 0:
@@ -99,6 +132,5 @@ def _dashed(draw: ImageDraw.ImageDraw, start: tuple[float, float], end: tuple[fl
     dx, dy = (end[0] - start[0]) / length, (end[1] - start[1]) / length
     for on in range(0, math.ceil(length), 10):
         stop = min(on + 6, length)
-        draw.line(
-            (start[0] + dx * on, start[1] + dy * on, start[0] + dx * stop, start[1] + dy * stop), colour, 2
-        )
+        x0, y0, x1, y1 = start[0] + dx * on, start[1] + dy * on, start[0] + dx * stop, start[1] + dy * stop
+        draw.line((x0, y0, x1, y1), colour, 2)
