@@ -5,7 +5,8 @@ It is drawn every round (the `evaluation` asset: Dagster metadata and an MLflow 
 beyond Pillow. The chart: a frame with a light grid at the y ticks, the success rate as a solid blue line
 with round markers, the mean return as a dashed orange line with small markers, the title above, a legend
 in the top left corner, the x axis in rounds (0 = the initial policy). y spans
-[min(−0.1, min return − 0.05), 1.05].
+[min(−0.1, min return − 0.05), max(1.05, max return + 0.05)] over the finite returns (matplotlib's chart
+stopped at 1.05 and hid a return above it).
 """
 
 from __future__ import annotations
@@ -43,12 +44,12 @@ def _label(value: float) -> str:
 def success_by_round(rounds: list[int], success: list[float], mean_return: list[float], title: str) -> bytes:
     """A two-line chart of held-out success rate and mean return per round; returns PNG bytes
     (WIDTH × HEIGHT, the same bytes for the same input). A value that is not a finite number leaves a gap in
-    its line, and the lines are cut at the plot area's frame (a return above 1.05 leaves it)."""
+    its line; lines and markers are cut at the plot area's frame (a success rate outside [y_low, y_high])."""
     first, last = (min(rounds), max(rounds)) if rounds else (0, 1)
     pad = max(0.5, 0.04 * (last - first))
     x_low, x_high = first - pad, last + pad
-    lowest = min((r for r in mean_return if math.isfinite(r)), default=0.0)
-    y_low, y_high = min(-0.1, lowest - 0.05), 1.05
+    finite = [r for r in mean_return if math.isfinite(r)]
+    y_low, y_high = min(-0.1, min(finite, default=0.0) - 0.05), max(1.05, max(finite, default=0.0) + 0.05)
     width, height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     frame = (LEFT, TOP, LEFT + width, TOP + height)
 

@@ -34,13 +34,21 @@ def test_the_same_history_gives_the_same_bytes_and_one_round_draws():
     assert Image.open(io.BytesIO(success_by_round([0], [0.0], [-0.3], "baseline"))).size == (WIDTH, HEIGHT)
 
 
-def test_a_value_that_is_not_a_number_leaves_a_gap_and_the_lines_stay_inside_the_frame():
-    # success (0, 0.0) → (1, NaN) → (2, 1.0): no segment either side of the NaN; a return of 1e6 at round 1
-    # runs off the top, cut at the frame (and costs no more than any other segment to draw)
-    png = success_by_round([0, 1, 2], [0.0, float("nan"), 1.0], [0.0, 1e6, 0.5], "t")
+def test_a_value_that_is_not_a_number_leaves_a_gap_and_the_axis_fits_the_returns():
+    # success (0, 0.0) → (1, NaN) → (2, 1.0): no segment either side of the NaN; returns up to 1.5 widen y to
+    # [−0.1, 1.55] (matplotlib's chart stopped at 1.05)
+    png = success_by_round([0, 1, 2], [0.0, float("nan"), 1.0], [0.0, 1.5, 0.5], "t")
     image = Image.open(io.BytesIO(png)).convert("RGB")
     # x ∈ [−0.5, 2.5]: round 0 at x = 123, round 1 at 269. Had round 1 a success of 0.5, the line from round 0
-    # would pass its midpoint (196, 26 + (1.05 − 0.25)/1.15·234) = (196, 188.8): with NaN there is no line
-    assert image.getpixel((196, 189)) != BLUE
+    # would pass its midpoint (196, 26 + (1.55 − 0.25)/1.65·234) = (196, 210.4): with NaN there is no line
+    assert image.getpixel((196, 210)) != BLUE
+    # the return 1.5 at round 1 → (269, 26 + 0.05/1.65·234) = (269, 33.1), inside the frame
+    assert image.getpixel((269, 33)) == ORANGE
     outside = [(x, y) for x in range(WIDTH) for y in range(0, 25)]  # the title band, above the frame
     assert all(image.getpixel(p) != ORANGE for p in outside)
+
+
+def test_a_success_rate_outside_the_axis_is_cut_at_the_frame():
+    # y ∈ [−0.1, 1.05]: a success of 50 (a bad value) leaves the frame; nothing is drawn over the title
+    image = Image.open(io.BytesIO(success_by_round([0, 1], [0.0, 50.0], [0.0, 0.0], "t"))).convert("RGB")
+    assert all(image.getpixel((x, y)) != BLUE for x in range(WIDTH) for y in range(0, 25))
