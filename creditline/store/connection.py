@@ -79,11 +79,11 @@ def open_catalog(target: str) -> Iterator[duckdb.DuckDBPyConnection]:
     """A DuckDB connection whose default catalog is ``target`` (a file, or Postgres), closed at the block's
     end.
 
-    Both kinds are attached to one in-memory DuckDB per process (`_host`) and handed out as its cursors.
-    Creating a DuckDB instance costs ~6.5 ms (it loads its statically linked extensions, and no setting skips
-    that), attaching a file ~1.5 ms. A file is attached for the block and detached at its end, which releases
-    its lock for other processes (`_attach_file`). Postgres stays attached (that costs ~130 ms once): each
-    cursor is a transaction and Postgres session of its own.
+    Both are handed out as cursors of an in-memory DuckDB the process keeps. Creating a DuckDB instance costs
+    ~6.5 ms (it loads its statically linked extensions, and no setting skips that), attaching a file ~1.5 ms.
+    A file is attached to the process's DuckDB (`_host`) for the block and detached at its end, which releases
+    its lock for other processes (`_attach_file`). Postgres is attached once per process to a DuckDB of its
+    own (`_attached`, ~130 ms) and stays: each cursor is a transaction and Postgres session of its own.
     """
     if is_postgres(target):
         con = _attached(target, os.getpid()).cursor()
