@@ -63,7 +63,9 @@ def main() -> None:
     print(f"  attached to the process's DuckDB (LineageStore): {attached:.2f} ms")
     print(f"  a DuckDB instance of its own (duckdb.connect):    {own:.2f} ms  ({own / attached:.1f}x)")
     print(f"  of which creating an in-memory instance alone:    {memory:.2f} ms")
-    print(f"  at 23.5 a round: {23.5 * attached:.0f} ms against {23.5 * own:.0f} ms")
+    print(
+        f"  at the 23.5 a round counted in docs/benchmarks.md: {23.5 * attached:.0f} ms against {23.5 * own:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ DuckDB allows one writing process per database file: while a process holds the f
 process's ``connect`` fails with ``IOException: Could not set lock on file ...``. Dagster runs each step
 in its own process, so the store never keeps the file open: every read or write attaches it to the
 process's in-memory DuckDB, does one transaction and detaches it, which releases the lock within
-milliseconds. Threads of one process
-take turns (a process-wide lock), since DuckDB refuses two threads attaching one file at once. A caller that
+milliseconds. Threads of one process take turns (a process-wide lock), since DuckDB refuses two threads
+attaching one file at once. A caller that
 meets the lock retries with exponential backoff (plus jitter, so two waiting writers do not retry in lockstep)
 for a bounded time, then raises ``StoreLockedError`` naming the file. A burst of transactions (a stage's
 lineage reads, or its records) may share one connection (`held_connection`): opening one costs ~2 ms

@@ -89,9 +89,13 @@ def test_categorical_ids_give_the_advantages_of_string_ids(seed, n_groups, advan
     with tempfile.TemporaryDirectory() as folder:
         coded_steps = _read_back(steps, Path(folder), "steps")
         coded_scores = _read_back(scores, Path(folder), "scores")
-    expected = step_advantages(steps, scores, advantage_settings, episodes)
-    got = step_advantages(coded_steps, coded_scores, advantage_settings, episodes)
-    pd.testing.assert_frame_equal(got, expected)  # the same floats; the ids written as plain strings
+        expected = step_advantages(steps, scores, advantage_settings, episodes)
+        got = step_advantages(coded_steps, coded_scores, advantage_settings, episodes)
+        pd.testing.assert_frame_equal(got, expected)  # the same floats; the ids written as plain strings
+        written = [
+            write_parquet_atomic(f, Path(folder) / f"{n}.parquet") for n, f in (("a", got), ("b", expected))
+        ]
+        assert written[0].content_hash == written[1].content_hash  # the advantages file: the same bytes
 
 
 def test_no_estimator_hashes_ids_read_as_categoricals(tmp_path, monkeypatch):
