@@ -3,8 +3,11 @@
 The fault tests (tests/faults/) run `creditline run` with `CREDITLINE_FAULT=<name>:<n>` and the
 process SIGKILLs itself the n-th time it reaches the failpoint `<name>` (default n = 1): no cleanup,
 no `finally`, exactly like an OOM kill or a pre-empted node. `CREDITLINE_FAULT_SIGNAL=TERM` (or INT)
-sends that signal instead: a polite stop that lands at a known place. Without the variables a failpoint
-is a dictionary lookup. Names used in the code:
+sends that signal instead: a polite stop that lands at a known place. `CREDITLINE_FAULT_ONCE=<file>`
+makes the failpoint fire in one process only, across all that reach it (a Dagster run worker and the worker
+of its retry): the first creates `<file>` and writes its `creditline.liveness.ProcessId` in it before it
+is signalled, and any process that finds the file exists passes. Without the variables a failpoint is a
+dictionary lookup. Names used in the code:
 
     write:<file name>      a file or folder is complete under its temp name, not yet renamed
     publish:<file name>    a file of an artifact is uploaded to its temporary key in object storage, not moved
@@ -21,8 +24,11 @@ import os
 import signal
 from collections import Counter
 
+from creditline.liveness import this_process
+
 FAULT_ENV = "CREDITLINE_FAULT"
 SIGNAL_ENV = "CREDITLINE_FAULT_SIGNAL"
+ONCE_ENV = "CREDITLINE_FAULT_ONCE"
 
 
 def _parse(spec: str) -> tuple[str, int]:
@@ -42,5 +48,19 @@ def failpoint(name: str) -> None:
     if _TARGET is None or name != _TARGET[0]:
         return
     _hits[name] += 1
-    if _hits[name] == _TARGET[1]:
+    if _hits[name] == _TARGET[1] and _first_to_fire():
         os.kill(os.getpid(), _SIGNAL)
+
+
+def _first_to_fire() -> bool:
+    """True unless `CREDITLINE_FAULT_ONCE` names a file another process has already created."""
+    marker = os.environ.get(ONCE_ENV)
+    if not marker:
+        return True
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as out:
+        out.write(str(this_process()))
+    return True

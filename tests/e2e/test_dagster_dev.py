@@ -1,7 +1,8 @@
 """A real `dagster dev` (webserver + daemon): the sensor advances rounds, a backfill re-scores them.
 
-The worker of the sensor's first run is SIGKILLed mid-round (after its rollouts): the run must be marked
-failed within a minute (by Dagster's run monitoring through our launcher, or by the sensor's reaper, whichever ticks
+The worker of the sensor's first run SIGKILLs itself mid-round, at the failpoint after its rollouts are
+recorded (`CREDITLINE_FAULT` with `CREDITLINE_FAULT_ONCE`, so the retry's worker passes it; a kill from the
+test raced the round, which could end before the test saw its rollouts): the run must be marked failed within a minute (by Dagster's run monitoring through our launcher, or by the sensor's reaper, whichever ticks
 first) and the sensor must request the round again, which then completes.
 
 Started by the test on 127.0.0.1 in its own session and stopped by PID. Everything goes through
@@ -22,6 +23,7 @@ import dagster as dg
 import pytest
 
 from creditline.credit.rubrics import RUBRICS
+from creditline.faults import FAULT_ENV, ONCE_ENV
 from creditline.liveness import ProcessId
 from creditline.store import LineageStore
 from creditline.store.rounds import round_commits
@@ -65,7 +67,8 @@ def wait_for(predicate, timeout_s: float, what: str, log: Path):
 @pytest.fixture()
 def dagster_dev(tmp_path):
     data_root = tmp_path / "data"
-    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root), "DAGSTER_HOME": str(dagster_home(data_root))}
+    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root), "DAGSTER_HOME": str(dagster_home(data_root)),
+           FAULT_ENV: "after:steps", ONCE_ENV: str(tmp_path / "killed")}  # fmt: skip
     port = free_port()
     log = tmp_path / "dagster_dev.log"
     with log.open("w") as out:
@@ -84,21 +87,23 @@ def dagster_dev(tmp_path):
             process.wait(timeout=30)
 
 
-def kill_the_first_run_worker(data_root: Path, log: Path) -> tuple[str, float]:
-    """SIGKILL the process executing the sensor's first run, mid-round: once its rollouts are materialised
-    (read from Dagster's event log, not the catalog, whose lock the worker needs)."""
-    instance = dg.DagsterInstance.from_config(str(data_root / "dagster_home"))
+def the_killed_run(instance: dg.DagsterInstance, marker: Path, log: Path) -> tuple[str, float]:
+    """The run whose worker killed itself at the failpoint, and when the test saw it (the marker file holds
+    the worker's process id, written just before it was killed)."""
+    wait_for(
+        lambda: marker.exists() and marker.read_text() != "", 300, "the first run's worker to be killed", log
+    )
+    seen = time.monotonic()
+    process = marker.read_text()
+    ProcessId.parse(process)  # a whole process id, not a partial write
     found: list = []
 
-    def rolled_out():
-        found[:] = [r for r in instance.get_runs() if PROCESS_TAG in r.tags]
-        materialized = instance.get_latest_materialization_event(dg.AssetKey("episodes"))
-        return bool(found) and materialized is not None and materialized.run_id == found[0].run_id
+    def tagged() -> bool:
+        found[:] = instance.get_runs(dg.RunsFilter(tags={PROCESS_TAG: process}))
+        return bool(found)
 
-    wait_for(rolled_out, 300, "the first run's rollouts", log)
-    os.kill(ProcessId.parse(found[0].tags[PROCESS_TAG]).pid, signal.SIGKILL)
-    instance.dispose()
-    return found[0].run_id, time.monotonic()
+    wait_for(tagged, 30, f"the run tagged with {process}", log)
+    return found[0].run_id, seen
 
 
 def run_failures(instance: dg.DagsterInstance, runs) -> str:
@@ -132,8 +137,8 @@ def test_sensor_advances_two_rounds_and_a_backfill_rescores_them(dagster_dev):
     assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
 
     store = LineageStore(data_root / "lineage.duckdb")
-    killed, killed_at = kill_the_first_run_worker(data_root, log)
     instance = dg.DagsterInstance.from_config(str(data_root / "dagster_home"))
+    killed, killed_at = the_killed_run(instance, Path(env[ONCE_ENV]), log)
     wait_for(lambda: instance.get_run_by_id(killed).status == dg.DagsterRunStatus.FAILURE, 60,
              "the killed run marked failed (run monitoring or the sensor)", log)  # fmt: skip
     assert time.monotonic() - killed_at < 60
