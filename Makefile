@@ -94,6 +94,8 @@ servers:
 # /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
 SECOND_STREAM := tests/faults tests/scaleout
 test: servers
+	@echo "make test on:$$(sed -n 's/^model name[^:]*:\(.*\)/\1/p;T;q' /proc/cpuinfo), $$(nproc) cores," \
+		"AVX-512: $$(grep -qw avx512f /proc/cpuinfo && echo yes || echo no) (timings compare on one kind of processor)"
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
 	@( $(MAKE) --no-print-directory .venv-vllm/.installed && TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/torchinductor \
 		nice -n 15 .venv-vllm/bin/python -m pytest -q \

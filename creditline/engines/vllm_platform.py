@@ -93,36 +93,31 @@ def weights_problems(folder: Path, value: str, policy_field: str) -> list:
     return []
 
 
-def cpu_flags() -> set[str] | None:
-    """The processor's feature flags (the first `flags` line of /proc/cpuinfo); None where unreadable."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
+def processor_runs(isa: str) -> bool:
+    """Whether this processor runs vLLM's kernels for `isa` ("avx512" or "avx2"), asked as vLLM's own
+    loader asks: `torch.cpu._is_avx512_supported()` (AVX-512 F, VL, BW and DQ), `_is_avx2_supported()`."""
+    import torch
+
+    return bool(getattr(torch.cpu, f"_is_{isa}_supported")())
 
 
 def ships_avx2_kernels() -> bool:
-    """Whether the installed vLLM's x86 CPU build has its AVX2 kernel library (`vllm/_C_AVX2*.so`)."""
-    spec = importlib.util.find_spec("vllm")
-    folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    return any(any(Path(folder).glob("_C_AVX2*.so")) for folder in folders)
+    """Whether the installed vLLM's x86 CPU build has its AVX2 kernel library, the module vLLM imports."""
+    return importlib.util.find_spec("vllm._C_AVX2") is not None
 
 
 def x86_kernels_problem() -> str | None:
-    """Why the installed vLLM's x86 CPU build has no kernels this processor runs, or None (also where the
-    flags cannot be read, or on another architecture). vLLM loads `_C` or `_C_AVX512` on a processor with
-    AVX-512, else `_C_AVX2` (`vllm.platforms.cpu.CpuPlatform.import_kernels`)."""
-    flags = cpu_flags()
-    if flags is None or platform.machine() not in ("x86_64", "AMD64") or "avx512f" in flags:
+    """Why the installed vLLM's x86 CPU build has no kernels this processor runs, or None (also on another
+    architecture). vLLM loads `_C` or `_C_AVX512` on a processor with AVX-512, else `_C_AVX2`
+    (`vllm.platforms.cpu.CpuPlatform.import_kernels`); this asks the same questions."""
+    if platform.machine() not in ("x86_64", "AMD64") or processor_runs("avx512"):
         return None
     if ships_avx2_kernels():
-        if "avx2" in flags:
+        if processor_runs("avx2"):
             return None
-        needed = "AVX-512 (avx512f) or AVX2 (avx2)"
+        needed = "AVX-512 or AVX2"
     else:
-        needed = "AVX-512 (avx512f)"
+        needed = "AVX-512"
     return (
         f"vLLM's CPU build needs an x86 processor with {needed}, which this one lacks: "
         'use rollouts.engine = "torch"'

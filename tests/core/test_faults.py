@@ -25,10 +25,12 @@ def test_an_armed_failpoint_kills_every_process_that_reaches_it_without_once():
 
 def test_once_kills_the_first_process_only_and_names_it_in_the_marker(tmp_path):
     marker = tmp_path / "fired"
-    first = hit({FAULT_ENV: "x:2", ONCE_ENV: str(marker)})
+    first = subprocess.Popen([sys.executable, "-c", HIT_TWICE], env={**os.environ, FAULT_ENV: "x:2",
+                             ONCE_ENV: str(marker)}, stdout=subprocess.PIPE)  # fmt: skip
+    first.communicate(timeout=60)
     assert first.returncode == -signal.SIGKILL
     written = ProcessId.parse(marker.read_text())
-    assert written.pid > 0 and written.start_ticks > 0
+    assert written.pid == first.pid and written.start_ticks > 0  # the process that was killed
     again = hit({FAULT_ENV: "x:2", ONCE_ENV: str(marker)})  # the retry's worker passes the failpoint
     assert again.returncode == 0 and again.stdout == "passed\n"
     assert ProcessId.parse(marker.read_text()) == written

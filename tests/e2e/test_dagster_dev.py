@@ -23,7 +23,7 @@ import dagster as dg
 import pytest
 
 from creditline.credit.rubrics import RUBRICS
-from creditline.faults import FAULT_ENV, ONCE_ENV
+from creditline.faults import FAULT_ENV, ONCE_ENV, SIGNAL_ENV
 from creditline.liveness import ProcessId
 from creditline.store import LineageStore
 from creditline.store.rounds import round_commits
@@ -67,8 +67,13 @@ def wait_for(predicate, timeout_s: float, what: str, log: Path):
 @pytest.fixture()
 def dagster_dev(tmp_path):
     data_root = tmp_path / "data"
-    env = {**os.environ, "CREDITLINE_DATA_ROOT": str(data_root), "DAGSTER_HOME": str(dagster_home(data_root)),
-           FAULT_ENV: "after:steps", ONCE_ENV: str(tmp_path / "killed")}  # fmt: skip
+    env = {  # the worker of the first run kills itself after its rollouts, with SIGKILL whatever the caller set
+        **{k: v for k, v in os.environ.items() if k != SIGNAL_ENV},
+        "CREDITLINE_DATA_ROOT": str(data_root),
+        "DAGSTER_HOME": str(dagster_home(data_root)),
+        FAULT_ENV: "after:steps",
+        ONCE_ENV: str(tmp_path / "killed"),
+    }
     port = free_port()
     log = tmp_path / "dagster_dev.log"
     with log.open("w") as out:
@@ -90,12 +95,16 @@ def dagster_dev(tmp_path):
 def the_killed_run(instance: dg.DagsterInstance, marker: Path, log: Path) -> tuple[str, float]:
     """The run whose worker killed itself at the failpoint, and when the test saw it (the marker file holds
     the worker's process id, written just before it was killed)."""
-    wait_for(
-        lambda: marker.exists() and marker.read_text() != "", 300, "the first run's worker to be killed", log
-    )
+
+    def named() -> bool:
+        try:
+            return marker.exists() and ProcessId.parse(marker.read_text()) is not None
+        except ValueError:  # created, not yet written
+            return False
+
+    wait_for(named, 300, "the first run's worker to be killed", log)
     seen = time.monotonic()
     process = marker.read_text()
-    ProcessId.parse(process)  # a whole process id, not a partial write
     found: list = []
 
     def tagged() -> bool:

