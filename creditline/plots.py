@@ -53,25 +53,24 @@ def success_by_round(rounds: list[int], success: list[float], mean_return: list[
     width, height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     frame = (LEFT, TOP, LEFT + width, TOP + height)
 
-    def column(x: float) -> float:
-        return LEFT + (x - x_low) / (x_high - x_low) * width
-
-    def row(y: float) -> float:
-        return TOP + (y_high - y) / (y_high - y_low) * height
-
     def at(x: float, y: float) -> tuple[float, float] | None:
         """The pixel of data point (x, y); None for a value that is not a finite number."""
-        return (column(x), row(y)) if math.isfinite(y) else None
+        if not math.isfinite(y):
+            return None
+        return (
+            LEFT + (x - x_low) / (x_high - x_low) * width,
+            TOP + (y_high - y) / (y_high - y_low) * height,
+        )
 
     image = Image.new("RGB", (WIDTH, HEIGHT), "white")
     draw = ImageDraw.Draw(image)
     font = ImageFont.load_default(size=10)
     for y in ticks(y_low, y_high, 6):
-        py = row(y)
+        py = TOP + (y_high - y) / (y_high - y_low) * height
         draw.line((LEFT, py, LEFT + width, py), fill=GRID)
         draw.text((LEFT - 4, py), _label(y), fill="black", font=font, anchor="rm")
     for x in ticks(x_low, x_high, 10, integer=True):
-        px = column(x)
+        px = LEFT + (x - x_low) / (x_high - x_low) * width
         draw.line((px, TOP, px, TOP + height), fill=GRID)
         draw.text((px, TOP + height + 4), _label(x), fill="black", font=font, anchor="mt")
     draw.rectangle(frame, outline="black")
