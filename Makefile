@@ -28,14 +28,17 @@ export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 # instead of minutes (a fresh .venv: 22 s against 2 min 27 s with pip, on 2026-11-27; bench figures in
 # docs/development.md). uv is bootstrapped into .venv by the pip that `python3 -m venv` brings. uv does not read
 # pip's configuration, so it is handed the wheel folders pip is configured with (find-links, in pip.conf or
-# PIP_FIND_LINKS): a machine that keeps its CPU build of torch there gets it from there, as pip would. And it
-# compiles every module to bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set (it is on our CI machines),
-# a venv without .pyc files compiles each module again in every process that imports it (a fresh-clone
-# `make test` took 42 minutes so, instead of 36).
+# PIP_FIND_LINKS): a machine that keeps its CPU build of torch there gets it from there, as pip would.
+# uv does not compile modules to bytecode as pip does; Python writes each module's .pyc the first time a process
+# imports it. So make's commands run without PYTHONDONTWRITEBYTECODE, which our CI machines set: with it, every
+# process would compile every module it imports again (a fresh-clone `make test` took 42 minutes so, instead of
+# 36), and compiling all ~80,000 modules of the four venvs at install instead costs ~4 minutes of CPU
+# (docs/development.md#the-installs).
+unexport PYTHONDONTWRITEBYTECODE
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 FIND_LINKS = $(foreach d,$(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)),--find-links $(d))
-UV_INSTALL = $(UV) pip install -q --compile-bytecode $(FIND_LINKS) --python
+UV_INSTALL = $(UV) pip install -q $(FIND_LINKS) --python
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -101,8 +104,10 @@ servers:
 # leaves the second core idle): SECOND_STREAM, the fault tests (tests/faults/, which start their own CLI
 # processes) and the scale-out tests (torchrun, Postgres, S3), and the rest; the scale-out tests sit with the
 # faults to balance the two (in a fresh clone on 2026-11-26 the rest took 22.9 min and the faults alone 15.5).
-# Beside them, niced, the vLLM venv is built and the tests that run the real vLLM engine in it
-# (tests/vllm_engine/) run. The reports of both follow the rest's. Any of the three failing fails.
+# Beside them, the vLLM venv is built (seconds, by uv) and the tests that run the real vLLM engine in it
+# (tests/vllm_engine/) run, at the same priority: niced, they ran mostly in the other two's idle gaps and then 6
+# minutes alone at the end, on one of the two cores (2026-11-27). The reports of both follow the rest's. Any of
+# the three failing fails.
 # Disk: the four venvs take ~8 GB; torch's kernel cache, which vLLM's CPU path fills (GBs over many runs in
 # /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
 SECOND_STREAM := tests/faults tests/scaleout
@@ -111,7 +116,7 @@ test: servers
 		"AVX-512: $$(grep -qw avx512f /proc/cpuinfo && echo yes || echo no) (timings compare on one kind of processor)"
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
 	@( $(MAKE) --no-print-directory .venv-vllm/.installed && TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/torchinductor \
-		nice -n 15 .venv-vllm/bin/python -m pytest -q \
+		.venv-vllm/bin/python -m pytest -q \
 		--durations=5 -p no:cacheprovider tests/vllm_engine ) > .pytest-vllm.log 2>&1 & vllm=$$!; \
 	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=15 -p no:cacheprovider $(SECOND_STREAM) \
 		> .pytest-faults.log 2>&1 & faults=$$!; \
