@@ -30,9 +30,9 @@ export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 # pip's configuration, so it is handed the wheel folders pip is configured with (find-links, in pip.conf or
 # PIP_FIND_LINKS): a machine that keeps its CPU build of torch there gets it from there, as pip would.
 # uv does not compile modules to bytecode as pip does; Python writes each module's .pyc the first time a process
-# imports it. So make's commands run without PYTHONDONTWRITEBYTECODE, which our CI machines set: with it, every
-# process would compile every module it imports again (a fresh-clone `make test` took 42 minutes so, instead of
-# 36), and compiling all ~80,000 modules of the four venvs at install instead costs ~4 minutes of CPU
+# imports it. So make's commands run without PYTHONDONTWRITEBYTECODE, which this project's machines set: with it,
+# every process would compile every module it imports again (a fresh-clone `make test` took 42 minutes so,
+# instead of 36), and compiling all ~80,000 modules of the four venvs at install instead costs ~4 minutes of CPU
 # (docs/development.md#the-installs).
 unexport PYTHONDONTWRITEBYTECODE
 UV_VERSION := 0.13.9
