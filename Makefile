@@ -28,8 +28,8 @@ export CREDITLINE_DATA_ROOT := $(DATA_ROOT)
 # instead of minutes (torch and the project into a fresh .venv: 22 s against 2 min 19 s with pip, on 2026-11-27;
 # docs/development.md#the-installs). uv is bootstrapped into .venv by the pip that `python3 -m venv` brings.
 # uv does not read pip's configuration, so it is handed the wheel folders pip is configured with (find-links,
-# in pip.conf or PIP_FIND_LINKS): a machine that keeps its CPU build of torch there gets it from there, as pip would.
-# uv does not compile modules to bytecode as pip does; Python writes each module's .pyc the first time a process
+# in pip.conf or PIP_FIND_LINKS): a machine that keeps its CPU build of torch there gets it from there, as pip
+# would. uv does not compile modules to bytecode as pip does; Python writes each module's .pyc the first time a process
 # imports it. So make's commands run without PYTHONDONTWRITEBYTECODE, which this project's machines set: with it,
 # every process would compile every module it imports again (a fresh-clone `make test` took 42 minutes so,
 # instead of 36), and compiling all ~80,000 modules of the four venvs at install instead costs ~4 minutes of CPU
