@@ -13,6 +13,7 @@ The embedded default is a sqlite tracking store under the data root with artifac
 tracking server works through `tracking_uri`. MLflow creates and migrates that sqlite file on first use with
 no lock: each process opens it once under the data root's first-start lock (`creditline.store.first_start`),
 after dropping the `_alembic_tmp_*` tables a migration that lost such a race (or was killed) left behind.
+A new root gets a copy of an empty store MLflow made once for its version (`resources.tracking_seed`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import dagster as dg
 from creditline.store import LineageStore
 from creditline.store.first_start import first_start_lock
 from creditline.store.rounds import EXPERIMENT_RUN_ROUND, record_tracking_run, round_commits, tracking_run_id
+from resources.tracking_seed import seed_tracking_store
 
 ROUND_TAG = "creditline.round"
 EXPERIMENT_TAG = "creditline.experiment"
@@ -104,7 +106,10 @@ class TrackerResource(dg.ConfigurableResource):
         uri = self.uri()
         if not self.tracking_uri and uri not in _OPENED:
             with first_start_lock(self.data_root):
-                _drop_abandoned_migration_tables(Path(self.data_root) / "mlflow.db")
+                path = Path(self.data_root) / "mlflow.db"
+                _drop_abandoned_migration_tables(path)
+                if not path.exists():  # a copy of the empty store, instead of MLflow's ~50 migrations
+                    seed_tracking_store(path)
                 mlflow.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates, migrates
             _OPENED.add(uri)
         # MLflow caches its tracking store per URI: after the first client, a new one costs ~3 ms.

@@ -9,6 +9,7 @@ processes opening the MLflow store together failed in its migration ("_alembic_t
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from creditline.faults import FAULT_ENV
+from creditline.store.orphans import find_orphans, remove_orphans
+from resources.tracking_seed import CACHE_ENV, is_sound
 from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
@@ -61,13 +65,41 @@ def test_instances_opened_at_one_moment_on_an_empty_root_leave_one_schema_stamp(
     }
 
 
-def test_simultaneous_first_tracker_opens_all_succeed(tmp_path):
+@pytest.mark.parametrize("template", ["kept", "none yet"])
+def test_simultaneous_first_tracker_opens_all_succeed(tmp_path, template):
+    """Two roots, each opened by two processes at once: with the empty store's template already in the cache,
+    and with none yet, when the two roots' first starts make it at the same moment (resources.tracking_seed)."""
+    env = {**os.environ, CACHE_ENV: str(tmp_path / "cache")}
+    if template == "kept":
+        subprocess.run([sys.executable, "-c", OPEN_TRACKER, str(tmp_path / "earlier")], env=env, check=True,
+                       timeout=300)  # fmt: skip
+    roots = [tmp_path / "root0", tmp_path / "root1"]
     moment = str(time.time() + 12)
-    results = _together(*([sys.executable, "-c", OPEN_TRACKER_AT_ONCE, str(tmp_path), moment]
-                          for _ in range(STARTS)), env=dict(os.environ))  # fmt: skip
+    results = _together(*([sys.executable, "-c", OPEN_TRACKER_AT_ONCE, str(roots[i % 2]), moment]
+                          for i in range(STARTS)), env=env)  # fmt: skip
     assert [r.returncode for r in results] == [0] * STARTS, [r.stderr[-400:] for r in results]
-    assert len(_stamps(tmp_path / "mlflow.db")) == 1
-    assert _tables(tmp_path / "mlflow.db", "\\_alembic\\_tmp%") == []
+    for root in roots:
+        assert len(_stamps(root / "mlflow.db")) == 1
+        assert _tables(root / "mlflow.db", "\\_alembic\\_tmp%") == []
+        assert find_orphans(root) == []
+    (kept,) = (tmp_path / "cache").iterdir()
+    assert is_sound(kept.read_bytes())
+
+
+def test_a_first_start_killed_while_copying_the_store_is_completed_by_the_next(tmp_path):
+    """SIGKILL after the empty store's copy is written under its temp name, before its rename: no `mlflow.db`,
+    a temp file its dead writer left (`creditline.store.orphans`), and the next first start makes the store."""
+    root = tmp_path / "root"
+    killed = subprocess.run([sys.executable, "-c", OPEN_TRACKER, str(root)], env={**os.environ,
+                            FAULT_ENV: "write:mlflow.db"}, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (root / "mlflow.db").exists()
+    (orphan,) = find_orphans(root)
+    assert Path(orphan.target) == root / "mlflow.db" and orphan.action == "delete"
+
+    subprocess.run([sys.executable, "-c", OPEN_TRACKER, str(root)], check=True, timeout=300)
+    assert len(_stamps(root / "mlflow.db")) == 1
+    assert [o.path for o in remove_orphans(root)] == [orphan.path] and find_orphans(root) == []
 
 
 def test_a_root_wedged_by_an_old_race_is_repaired_with_one_line(tmp_path):
