@@ -4,7 +4,10 @@ Every `creditline` call pays for what its process imports before it does anythin
 5 to 6 s of CPU while `creditline.config` imported torch and transformers through the step-reward model
 (issue 26). The target is under 1 s of wall time for `--help`, `report` and `lineage` on an idle machine.
 "dagster definitions" is what loading the Dagster definitions costs: the webserver, the daemon, the code server
-and every run's process pay it before their first step (the stages import torch when they run).
+and every run's process pay it before their first step (the stages import torch when they run). "policy
+imports" is what a process that loads a policy pays (torch, transformers' models through `creditline.policy.hf`,
+without scikit-learn's metrics), beside "transformers model": one model class imported from transformers
+directly, which brings `sklearn.metrics`.
 
 Each command runs as a whole process, as a user starts it (the venv's `creditline` script beside this Python,
 with this checkout first on `PYTHONPATH`): one untimed run, then `--repeat` timed runs (default 3). A line per
@@ -90,6 +93,10 @@ def main() -> None:
     print(f"{'python -c pass':<20} {floor:6.3f} s  cpu {cpu:6.3f} s")
     runs = {" ".join(["creditline", *command]): [*creditline(), *command] for command in COMMANDS}
     runs["dagster definitions"] = [sys.executable, "-c", "import pipelines.definitions"]
+    # what every process that loads a policy imports: transformers' models as creditline.policy.hf imports
+    # them (without scikit-learn's metrics), beside the same class imported from transformers directly
+    runs["policy imports"] = [sys.executable, "-c", "import creditline.policy.models"]
+    runs["transformers model"] = [sys.executable, "-c", "from transformers import LlamaForCausalLM"]
     for name, argv in runs.items():
         wall, cpu = best(argv, env, args.repeat)
         print(f"{name:<20} {wall:6.3f} s  cpu {cpu:6.3f} s  {wall / floor:6.1f}x python -c pass")

@@ -122,3 +122,18 @@ def test_the_cli_opens_the_store_that_the_lineage_resource_opens(tmp_path, monke
     store = _store(str(tmp_path / "data"))
     assert store is deployed_resources(str(tmp_path / "data"))["lineage"].store()
     assert store.objects is not None and store.objects.uri == f"file://{tmp_path}/objects"
+
+
+def test_the_policies_and_the_reward_model_load_transformers_without_scikit_learn():
+    """`creditline.policy.hf`: transformers' models without `sklearn.metrics` (805 modules, 1.2–1.5 s), and
+    assisted generation's `roc_curve` still scikit-learn's, imported on its first call."""
+    check = (
+        "import sys, creditline.policy.models, creditline.policy.chat_policy, creditline.credit.reward_model; "
+        "assert 'sklearn' not in sys.modules, 'imported'; "
+        "import transformers.generation.candidate_generator as g; from sklearn.metrics import roc_curve; "
+        "got, want = g.roc_curve([0, 1, 1, 0], [0.1, 0.9, 0.8, 0.3]), roc_curve([0, 1, 1, 0], [0.1, 0.9, 0.8, 0.3]); "
+        "assert all((a == b).all() for a, b in zip(got, want, strict=True)), (got, want)"
+    )
+    result, roots = imported_roots("-c", check)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert {"torch", "transformers", "sklearn"} <= roots  # sklearn: by the last line's own import

@@ -36,12 +36,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from transformers import AutoModelForSequenceClassification
-from transformers.utils import logging as transformers_logging
 
 from creditline.config.stage_settings import RewardModelSettings
 from creditline.credit import implicit_prm, progress_model
 from creditline.ids import derive_seed
+from creditline.policy.hf import AutoModelForSequenceClassification
+from creditline.policy.hf import logging as transformers_logging
 from creditline.policy.models import load_policy, load_tokenizer
 from creditline.train.trainer import PackedBatch, micro_batches, pack
 from creditline.train.training_loop import adamw, minibatch_updates

@@ -43,9 +43,8 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
+from creditline.policy.hf import PRETOKENIZE_REGEX, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from creditline.policy.models import save_policy
 
 PAD_TOKEN = "<|endoftext|>"

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import (
+
+from creditline.envs import builtin_vocabulary
+from creditline.policy.hf import (
     AutoModelForCausalLM,
     AutoTokenizer,
     LlamaConfig,
@@ -29,9 +31,7 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
-from transformers.utils import logging as transformers_logging
-
-from creditline.envs import builtin_vocabulary
+from creditline.policy.hf import logging as transformers_logging
 from creditline.store.files import atomic_directory
 
 transformers_logging.disable_progress_bar()
