@@ -124,6 +124,7 @@ def test_the_cli_opens_the_store_that_the_lineage_resource_opens(tmp_path, monke
     assert store.objects is not None and store.objects.uri == f"file://{tmp_path}/objects"
 
 
+@pytest.mark.slow  # imports torch and transformers (~8 s): `make test`, not `make test-fast`
 def test_the_policies_and_the_reward_model_load_transformers_without_scikit_learn():
     """`creditline.policy.hf`: transformers' models without `sklearn.metrics` (805 modules, 1.2–1.5 s), and
     assisted generation's `roc_curve` still scikit-learn's, imported on its first call."""

@@ -11,6 +11,8 @@ import pytest
 from resources.tracker import TrackerResource
 from resources.tracking_seed import CACHE_ENV, is_sound, template_path
 
+pytestmark = pytest.mark.slow  # MLflow makes stores (~2 s each): `make test`, not `make test-fast`
+
 
 @pytest.fixture()
 def cache(tmp_path, monkeypatch) -> Path:
