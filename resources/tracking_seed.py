@@ -1,12 +1,12 @@
 """An empty MLflow tracking store at MLflow's schema head, made once per version, copied into new data roots.
 
 MLflow creates a SQLite tracking store by creating its first schema and then running every Alembic migration
-since, one transaction each. On 2026-11-27 (AMD EPYC, 2 cores) that cost 1.7 s of CPU and several seconds of
-wall time, and the first process of every data root paid it: the first round of every experiment root, and
-most of the test suite's tests. What MLflow makes there depends only on the versions of MLflow, SQLAlchemy and
-Alembic, not on the root. So it is made once per versions, in the user's cache, by MLflow's own
-`_initialize_tables` (what its store runs on an empty database) on MLflow's own engine. Each new root then
-gets a copy, written atomically (`creditline.store.files`).
+since, one transaction each. On 2026-11-27 (AMD EPYC, 2 cores, idle) that cost 1.4–1.9 s of CPU and 1.6–2.2 s
+of wall time (6.3 s beside `make test`), and the first process of every data root paid it: the first round
+of every experiment root, and most of the test suite's tests. What MLflow makes there depends only on the
+versions of MLflow, SQLAlchemy and Alembic, not on the root. So it is made once per versions, in the user's
+cache, by MLflow's own `_initialize_tables` (what its store runs on an empty database) on MLflow's own engine.
+Each new root then gets a copy, written atomically (`creditline.store.files`).
 
 MLflow opens the copy as it opens a store it made. It checks that the schema is at its head revision, and it
 creates the Default experiment, which the template does not have: so the copy ends as the store MLflow makes
@@ -46,14 +46,12 @@ def template_path() -> Path:
     return cache_dir() / f"tracking-store-{'-'.join(versions)}.db"
 
 
-def seed_tracking_store(path: Path) -> bool:
+def seed_tracking_store(path: Path) -> None:
     """Write the empty store at MLflow's schema head to `path` (absent; the caller holds the data root's
-    first-start lock). False where no template can be had: MLflow then creates the store itself."""
+    first-start lock). Where no template can be had, nothing is written: MLflow creates the store itself."""
     template = _template()
-    if template is None:
-        return False
-    write_bytes_atomic(template, path)
-    return True
+    if template is not None:
+        write_bytes_atomic(template, path)
 
 
 def _template() -> bytes | None:

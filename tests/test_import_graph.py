@@ -126,7 +126,7 @@ def test_the_cli_opens_the_store_that_the_lineage_resource_opens(tmp_path, monke
 
 @pytest.mark.slow  # imports torch and transformers (~8 s): `make test`, not `make test-fast`
 def test_the_policies_and_the_reward_model_load_transformers_without_scikit_learn():
-    """`creditline.policy.hf`: transformers' models without `sklearn.metrics` (805 modules, 1.2–1.5 s), and
+    """`creditline.policy.hf`: transformers' models without `sklearn.metrics` (805 modules, 1.15–1.5 s), and
     assisted generation's `roc_curve` still scikit-learn's, imported on its first call."""
     check = (
         "import sys, creditline.policy.models, creditline.policy.chat_policy, creditline.credit.reward_model; "

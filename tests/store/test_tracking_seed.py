@@ -100,3 +100,15 @@ def test_a_cache_that_cannot_be_written_still_gives_the_root_its_store(tmp_path,
     client = TrackerResource(data_root=str(tmp_path / "root")).client()
     assert client.search_experiments()[0].name == "Default"
     assert not (blocked / "cache").exists()
+
+
+def test_without_mlflows_table_maker_mlflow_creates_the_store_itself(tmp_path, cache, monkeypatch):
+    import resources.tracking_seed
+
+    def moved() -> bytes:  # a later MLflow without `_initialize_tables` where the template's maker imports it
+        raise ImportError("cannot import name '_initialize_tables' from 'mlflow.store.db.utils'")
+
+    monkeypatch.setattr(resources.tracking_seed, "_make_template", moved)
+    client = TrackerResource(data_root=str(tmp_path / "root")).client()
+    assert client.search_experiments()[0].name == "Default"
+    assert not cache.exists()  # no template: nothing was copied, MLflow migrated the store
