@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from pipelines.definitions import ROUND_JOB, defs
 
@@ -61,13 +62,41 @@ def test_rescore_partitions_are_rounds_by_dynamic_rubric_versions():
 
 
 def test_the_deployment_chooses_the_executor_and_the_instance_storage():
-    from creditline.config.deployment import DagsterSettings
+    from creditline.config.deployment import DagsterSettings, Deployment
     from pipelines.definitions import executor_for
     from pipelines.instance import dagster_yaml
 
-    assert executor_for(DagsterSettings()).name == "in_process"
-    multiprocess = executor_for(DagsterSettings(executor="multiprocess", max_concurrent=3))
+    assert executor_for(Deployment()).name == "in_process"
+    multiprocess = executor_for(
+        Deployment(dagster=DagsterSettings(executor="multiprocess", max_concurrent=3))
+    )
     assert multiprocess.name == "multiprocess"
     server = dagster_yaml(DagsterSettings(postgres_url="postgresql://u:pw@db:5432/dagster", gpus=4))
     assert 'postgres_url: "postgresql+psycopg2://u:pw@db:5432/dagster"' in server
     assert "default_limit: 4" in server and "storage:" not in dagster_yaml(DagsterSettings())
+
+
+@pytest.mark.slow  # a process importing torch, transformers and MLflow: ~8 s
+def test_the_multiprocess_forkserver_preloads_what_the_steps_import():
+    """Every step process forks from the forkserver: what it has imported, no step imports again. The
+    definitions alone import no model library, MLflow nor the deployment's store clients."""
+    from creditline.config.deployment import DagsterSettings, Deployment, StorageSettings
+    from pipelines.definitions import step_preload
+
+    server = Deployment(
+        dagster=DagsterSettings(postgres_url="postgresql://u@db/dagster", executor="multiprocess"),
+        storage=StorageSettings(uri="s3://bucket/creditline"),
+    )
+    modules = step_preload(server)
+    assert step_preload(Deployment()) == modules[:3]
+    heavy = ["torch", "transformers", "mlflow", "dagster_postgres", "s3fs"]
+    probe = (
+        "import importlib, sys\n"
+        f"before = [m for m in {heavy!r} if m in sys.modules]\n"
+        "importlib.import_module('pipelines.definitions')\n"
+        f"alone = [m for m in {heavy!r} if m in sys.modules]\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        f"print(before, alone, [m for m in {heavy!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == f"[] [] {heavy!r}", out.stderr[-2000:]
