@@ -15,6 +15,16 @@ def _restore_sigterm():
     signal.signal(signal.SIGTERM, previous)
 
 
+@pytest.fixture(scope="session")
+def preloaded_cli():
+    """Forks the `creditline` processes the fault tests kill (`tests/faults/preloaded.py`)."""
+    from tests.faults.preloaded import PreloadedCli
+
+    cli = PreloadedCli()
+    yield cli
+    cli.close()
+
+
 _KILL_ROWS: list[tuple[str, str, int, int, str]] = []
 
 

@@ -15,15 +15,14 @@ would still point at the original's files), once per module. The commands run in
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from tests.e2e.cli import creditline
+from tests.faults.preloaded import PreloadedCli
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
@@ -31,42 +30,34 @@ EXPERIMENT = "catalog"
 RUN = ("run", "--experiment", EXPERIMENT, "--config", str(TINY))
 
 
-def _creditline(data_root: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
-    if fault is None:
-        return creditline(data_root, *args)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLINE_FAULT")}
-    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1", "CREDITLINE_FAULT": fault}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
-
-
 def _one_round(root: Path) -> Path:
-    assert _creditline(root, *RUN, "--rounds", "1").returncode == 0
+    assert creditline(root, *RUN, "--rounds", "1").returncode == 0
     return root
 
 
 def _two_rounds(root: Path) -> Path:
-    assert _creditline(root, *RUN).returncode == 0
+    assert creditline(root, *RUN).returncode == 0
     return root
 
 
-def _killed_after_steps(root: Path) -> Path:
-    assert _creditline(root, *RUN, fault="after:steps:1").returncode == -9
+def _killed_after_steps(root: Path, cli: PreloadedCli) -> Path:
+    assert cli.killed_at(root, "after:steps:1", *RUN).returncode == -9
     return root
 
 
 def _registered(root: Path) -> Path:
-    assert _creditline(root, "register", "--experiment", EXPERIMENT, "--config", str(TINY)).returncode == 0
+    assert creditline(root, "register", "--experiment", EXPERIMENT, "--config", str(TINY)).returncode == 0
     return root
 
 
 PREPARE = {"edited": _one_round, "tracking": _one_round, "parent": _one_round, "audited": _two_rounds,
-           "killed": _killed_after_steps, "catalog": _registered}  # fmt: skip
+           "catalog": _registered}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def roots(tmp_path_factory) -> dict[str, Path]:
-    return {name: prepare(tmp_path_factory.mktemp(name)) for name, prepare in PREPARE.items()}
+def roots(tmp_path_factory, preloaded_cli) -> dict[str, Path]:
+    prepared = {name: prepare(tmp_path_factory.mktemp(name)) for name, prepare in PREPARE.items()}
+    return prepared | {"killed": _killed_after_steps(tmp_path_factory.mktemp("killed"), preloaded_cli)}
 
 
 def _sql(root: Path, sql: str, params: list | None = None) -> list:
@@ -98,7 +89,7 @@ def test_an_edited_recorded_hash_is_not_vouched_for_by_the_old_fingerprint(roots
     root = roots["edited"]
     _sql(root, "UPDATE artifacts SET content_hash = repeat('0', 64) WHERE experiment = ? AND round = 1 "
          "AND kind = 'checkpoint' AND variant = ''", [EXPERIMENT])  # fmt: skip
-    refused = _creditline(root, *RUN)
+    refused = creditline(root, *RUN)
     lines = _expected_error(refused)
     assert any(f"{EXPERIMENT}/1/checkpoint" in line and "changed" in line and "recorded 000000000000" in line
                for line in lines), lines  # fmt: skip
@@ -113,16 +104,16 @@ def test_verify_names_the_rounds_that_consumed_a_changed_input_and_lineage_marks
         ("generated_by",)
     ]
     _sql(root, "DELETE FROM lineage WHERE child_hash = ? AND parent_hash = ?", edge)
-    verify = _creditline(root, "verify", "--experiment", EXPERIMENT)
+    verify = creditline(root, "verify", "--experiment", EXPERIMENT)
     assert verify.returncode == 1 and "edge_missing" in verify.stdout
-    lineage = _creditline(root, "lineage", "--experiment", EXPERIMENT)
+    lineage = creditline(root, "lineage", "--experiment", EXPERIMENT)
     assert lineage.returncode == 1, lineage.stdout
     assert "LINEAGE DOES NOT MATCH" in lineage.stdout and "edge_missing" in lineage.stdout
     _sql(root, "INSERT INTO lineage VALUES (?, ?, 'generated_by')", edge)
-    assert _creditline(root, "verify", "--experiment", EXPERIMENT).returncode == 0
+    assert creditline(root, "verify", "--experiment", EXPERIMENT).returncode == 0
 
     _flip_last_byte(root / EXPERIMENT / "r001" / "policy" / "model.safetensors")
-    verify = _creditline(root, "verify", "--experiment", EXPERIMENT)
+    verify = creditline(root, "verify", "--experiment", EXPERIMENT)
     consumed = [line for line in verify.stdout.splitlines() if line.strip().startswith("consumed")]
     assert any(f"{EXPERIMENT}/2/steps" in line for line in consumed), (
         verify.stdout
@@ -131,7 +122,7 @@ def test_verify_names_the_rounds_that_consumed_a_changed_input_and_lineage_marks
         verify.stdout
     )  # and was trained from it
     assert any(f"{EXPERIMENT}/1/evaluation" in line for line in consumed), verify.stdout
-    lineage = _creditline(root, "lineage", "--experiment", EXPERIMENT)
+    lineage = creditline(root, "lineage", "--experiment", EXPERIMENT)
     assert lineage.returncode == 1 and f"consumed: {EXPERIMENT}/2/steps" in lineage.stdout, lineage.stdout
 
 
@@ -139,10 +130,10 @@ def test_a_damaged_table_of_a_committed_round_is_reported_never_regenerated(root
     root = roots["audited"]
     scores = root / EXPERIMENT / "r002" / "scores.parquet"
     scores.write_bytes(scores.read_bytes()[:100])
-    rerun = _creditline(root, *RUN)  # both rounds are committed: nothing to run, nothing regenerated
+    rerun = creditline(root, *RUN)  # both rounds are committed: nothing to run, nothing regenerated
     assert rerun.returncode == 0 and "set aside" not in rerun.stdout, rerun.stdout + rerun.stderr
     assert not list(scores.parent.glob("scores.parquet.set-aside-*"))
-    verify = _creditline(root, "verify", "--experiment", EXPERIMENT)
+    verify = creditline(root, "verify", "--experiment", EXPERIMENT)
     assert f"changed  {EXPERIMENT}/2/scores" in verify.stdout, verify.stdout
 
 
@@ -151,14 +142,14 @@ def test_a_damaged_table_of_an_incomplete_round_is_set_aside_and_regenerated(roo
     steps = root / EXPERIMENT / "r001" / "steps.parquet"
     recorded = _hash(root, 1, "steps")
     steps.write_bytes(steps.read_bytes()[:100])  # truncated after it was recorded, before the round committed
-    rerun = _creditline(root, *RUN)
+    rerun = creditline(root, *RUN)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     aside = [line for line in rerun.stdout.splitlines() if line.startswith("set aside ")]
     assert len(aside) == 1 and "steps.parquet.set-aside-" in aside[0], rerun.stdout
     kept = list(steps.parent.glob("steps.parquet.set-aside-*"))
     assert len(kept) == 1 and kept[0].stat().st_size == 100  # kept for a person to look at
     assert _hash(root, 1, "steps") == recorded  # regenerated: the same rollouts, the same bytes
-    verify = _creditline(root, "verify", "--experiment", EXPERIMENT)
+    verify = creditline(root, "verify", "--experiment", EXPERIMENT)
     assert verify.returncode == 0, verify.stdout
 
 
@@ -167,7 +158,7 @@ def test_a_truncated_catalog_is_one_error_line_naming_it(roots):
     catalog = root / "lineage.duckdb"
     catalog.write_bytes(catalog.read_bytes()[:4096])
     for args in (RUN, ("verify", "--experiment", EXPERIMENT)):
-        lines = _expected_error(_creditline(root, *args))
+        lines = _expected_error(creditline(root, *args))
         assert len(lines) == 1 and str(catalog) in lines[0] and "restore it from a backup" in lines[0], lines
 
 
@@ -175,7 +166,7 @@ def test_a_truncated_tracking_store_stops_the_round_before_its_first_artifact(ro
     root = roots["tracking"]
     store = root / "mlflow.db"
     store.write_bytes(store.read_bytes()[:4096])
-    lines = _expected_error(_creditline(root, *RUN))
+    lines = _expected_error(creditline(root, *RUN))
     assert any(str(store) in line for line in lines), lines
     assert not (root / EXPERIMENT / "r002").exists() or not list((root / EXPERIMENT / "r002").iterdir())
 
@@ -183,7 +174,7 @@ def test_a_truncated_tracking_store_stops_the_round_before_its_first_artifact(ro
 def test_a_changed_parent_checkpoint_is_an_expected_error(roots):
     root = roots["parent"]
     _flip_last_byte(root / EXPERIMENT / "r001" / "policy" / "model.safetensors")
-    lines = _expected_error(_creditline(root, *RUN))
+    lines = _expected_error(creditline(root, *RUN))
     assert any(
         f"{EXPERIMENT}/1/checkpoint" in line and "changed (model.safetensors)" in line for line in lines
     )

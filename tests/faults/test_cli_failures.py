@@ -17,6 +17,7 @@ import pytest
 
 from creditline.store import LineageStore, read_parquet, write_parquet_atomic
 from creditline.store.rounds import round_commits
+from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
@@ -33,20 +34,22 @@ def _env(data_root: Path, fault: str | None = None, signal_name: str | None = No
     return env | ({"CREDITLINE_FAULT_SIGNAL": signal_name} if signal_name else {})
 
 
+TERM_RUN = ("run", "--experiment", "term", "--config", str(TINY))
 INTERRUPTED = ["interrupted: a round left incomplete is completed by `creditline run` again"]
 
 
-def _rerun_completes(run: list[str], data_root: Path) -> None:
-    rerun = subprocess.run(run, env=_env(data_root), capture_output=True, text=True, timeout=600)
+def _rerun_completes(data_root: Path) -> None:
+    """A plain re-run and `verify`, in this process (`tests.e2e.cli`): the command's own code, without the
+    seconds of imports a process pays. The signal went to a process of its own."""
+    rerun = creditline(data_root, *TERM_RUN)
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(round_commits(LineageStore(data_root / "lineage.duckdb"), "term")) == [1, 2]
-    verify = subprocess.run(_command("verify", "--experiment", "term"), env=_env(data_root), capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    verify = creditline(data_root, "verify", "--experiment", "term")
     assert verify.returncode == 0, verify.stdout
 
 
 def test_sigterm_inside_a_step_leaves_the_round_incomplete_and_a_rerun_completes(tmp_path):
-    run = _command("run", "--experiment", "term", "--config", str(TINY))
+    run = _command(*TERM_RUN)
     stopped = subprocess.run(run, env=_env(tmp_path, "train:update:1", "TERM"), capture_output=True, text=True,
                              timeout=600)  # fmt: skip
     assert stopped.returncode == 130
@@ -54,17 +57,16 @@ def test_sigterm_inside_a_step_leaves_the_round_incomplete_and_a_rerun_completes
     store = LineageStore(tmp_path / "lineage.duckdb")
     assert round_commits(store, "term") == {}
     assert store.artifact("term", 1, "checkpoint") is None
-    audit = subprocess.run(_command("verify", "--experiment", "term"), env=_env(tmp_path), capture_output=True,
-                           text=True, timeout=300)  # fmt: skip
+    audit = creditline(tmp_path, "verify", "--experiment", "term")
     assert audit.returncode == 1
     assert "incomplete  term/1: round has" in audit.stdout  # no commit point: the round is not done
     assert "MLflow round 1's run" in audit.stdout and "is KILLED, not FINISHED" in audit.stdout
-    _rerun_completes(run, tmp_path)
+    _rerun_completes(tmp_path)
 
 
 def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_completes(tmp_path):
     """Between two steps Dagster swallows the signal and finishes the run; the CLI still stops there."""
-    run = _command("run", "--experiment", "term", "--config", str(TINY))
+    run = _command(*TERM_RUN)
     process = subprocess.Popen(
         run, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -77,7 +79,7 @@ def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_complet
     assert process.returncode == 130, err
     assert err.splitlines() == INTERRUPTED
     assert 2 not in round_commits(store, "term")  # no round starts after the signal
-    _rerun_completes(run, tmp_path)
+    _rerun_completes(tmp_path)
 
 
 def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path):

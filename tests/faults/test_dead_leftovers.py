@@ -8,9 +8,6 @@ killed `rescore` left its run STARTED until the next `creditline run`.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -21,13 +18,6 @@ from tests.e2e.cli import creditline
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
 LEFTOVERS = {"dead_run", "held_slot", "stale_lease"}
-
-
-def _killed_at(data_root: Path, failpoint: str, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLINE_FAULT")}
-    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1", "CREDITLINE_FAULT": failpoint}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
 
 
 def _leftovers(data_root: Path) -> dict[str, list[str]]:
@@ -46,9 +36,11 @@ def _statuses(data_root: Path) -> list[tuple[str, str]]:
     return runs
 
 
-def test_leftovers_of_killed_runs_are_reported_then_cleaned(tmp_path):
+def test_leftovers_of_killed_runs_are_reported_then_cleaned(tmp_path, preloaded_cli):
     run = ("run", "--experiment", "left", "--config", str(TINY), "--rounds", "1")
-    killed = _killed_at(tmp_path, "train:update:1", *run)  # in training: holding the `gpu` slot and the lease
+    killed = preloaded_cli.killed_at(
+        tmp_path, "train:update:1", *run
+    )  # in training: holding the `gpu` slot and the lease
     assert killed.returncode == -9, killed.stderr
 
     found = _leftovers(tmp_path)
@@ -59,7 +51,7 @@ def test_leftovers_of_killed_runs_are_reported_then_cleaned(tmp_path):
     assert "experiment 'left': lease held by a `creditline run` that is gone" in found["stale_lease"][0]
 
     rescore = ("rescore", "--experiment", "left", "--rubric", "env-efficient", "--rounds", "1")
-    killed_rescore = _killed_at(tmp_path, "after:rescore_scores:1", *rescore)
+    killed_rescore = preloaded_cli.killed_at(tmp_path, "after:rescore_scores:1", *rescore)
     assert killed_rescore.returncode == -9, killed_rescore.stderr
     assert "cleaned up dagster run" in killed_rescore.stdout  # it reclaimed the killed round before its own
     assert "released experiment 'left''s lease" in killed_rescore.stdout
@@ -75,8 +67,8 @@ def test_leftovers_of_killed_runs_are_reported_then_cleaned(tmp_path):
     assert _statuses(tmp_path) == [("rescore", "FAILURE"), ("rescore", "SUCCESS"), ("round", "FAILURE")]
 
 
-def test_register_cleans_what_a_killed_run_left(tmp_path):
-    killed = _killed_at(
+def test_register_cleans_what_a_killed_run_left(tmp_path, preloaded_cli):
+    killed = preloaded_cli.killed_at(
         tmp_path, "write:episodes.parquet:1", "run", "--experiment", "left", "--config", str(TINY)
     )
     assert killed.returncode == -9, killed.stderr

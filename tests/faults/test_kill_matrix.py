@@ -8,17 +8,15 @@ process kills itself (SIGKILL: no cleanup, no `finally`) at that point of round 
   nothing trained twice),
 - leave `creditline verify` clean (files, edges both ways, round commits, MLflow runs) and no temp file,
 - record the killed attempt as a FAILED Dagster run, and leave no MLflow run RUNNING.
-The killed runs are processes of their own (one at a time); the re-runs, `verify` and the reference runs are
-`creditline` in the test's process (`tests.e2e.cli.creditline`, on one torch thread as the killed processes), beside
-the next killed run: a re-run is the command's own code either way, and an in-process call saves the seconds
-of imports a process pays. The matrix is printed at the end.
+The killed runs are processes of their own (one at a time), forked from a server that has imported the
+libraries once (`tests/faults/preloaded.py`: 11 s of CPU a killed process instead of 22); the re-runs, `verify`
+and the reference runs are `creditline` in the test's process (`tests.e2e.cli.creditline`, on one torch thread
+as the killed processes), beside the next killed run: a re-run is the command's own code either way, and an
+in-process call saves the seconds of imports a process pays. The matrix is printed at the end.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ import torch
 
 from creditline.store.orphans import find_orphans
 from tests.e2e.cli import creditline
+from tests.faults.preloaded import PreloadedCli
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
@@ -76,15 +75,6 @@ class Outcome:
     running_mlflow: int = 0
 
 
-def _creditline(data_root: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "CREDITLINE_FAULT"}
-    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1"}
-    if fault:
-        env["CREDITLINE_FAULT"] = fault
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
-
-
 def _temp_files(data_root: Path) -> list[str]:
     return sorted(
         str(p.relative_to(data_root)) for p in data_root.rglob("*") if ".tmp-" in p.name or ".old-" in p.name
@@ -115,8 +105,8 @@ def _state(data_root: Path, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _kill(data_root: Path, fault: str, config: Path) -> Outcome:
-    killed = _creditline(data_root, *_run(config), fault=fault)
+def _kill(cli: PreloadedCli, data_root: Path, fault: str, config: Path) -> Outcome:
+    killed = cli.killed_at(data_root, fault, *_run(config))
     return Outcome(killed_rc=killed.returncode, temp_after_kill=len(_temp_files(data_root)))
 
 
@@ -144,14 +134,17 @@ def _recover(data_root: Path, outcome: Outcome, config: Path) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory, kill_matrix_rows) -> tuple[Outcome, dict[str, Outcome]]:
+def matrix(tmp_path_factory, kill_matrix_rows, preloaded_cli) -> tuple[Outcome, dict[str, Outcome]]:
     """Every case and an uninterrupted reference run: each killed process runs beside the re-run of the one before."""
     cases = [(name, fault, TINY) for name, fault in CASES] + [
         (name, fault, PRIME) for name, fault in PRIME_CASES
     ]
     roots = {name: tmp_path_factory.mktemp("kill") for name, _, _ in cases}
     with ThreadPoolExecutor(max_workers=1) as pool:
-        killed = {name: pool.submit(_kill, roots[name], fault, config) for name, fault, config in cases}
+        killed = {
+            name: pool.submit(_kill, preloaded_cli, roots[name], fault, config)
+            for name, fault, config in cases
+        }
         references = {which: _recover(tmp_path_factory.mktemp("reference"), Outcome(), config)
                       for which, config in (("tiny", TINY), ("prime", PRIME))}  # fmt: skip
         outcomes = {name: _recover(roots[name], killed[name].result(), config) for name, _, config in cases}
