@@ -106,24 +106,30 @@ servers:
 # faults to balance the two (in a fresh clone on 2026-11-26 the rest took 22.9 min and the faults alone 15.5).
 # Beside them, the vLLM venv is built (seconds, by uv) and the tests that run the real vLLM engine in it
 # (tests/vllm_engine/) run, at the same priority: niced, they ran mostly in the other two's idle gaps and then 6
-# minutes alone at the end, on one of the two cores (2026-11-27). The reports of both follow the rest's. Any of
-# the three failing fails.
+# minutes alone at the end, on one of the two cores (2026-11-27). After them, in the same stream, LATE_TESTS (the
+# dagster dev test and the benches' tests, processes mostly) run in .venv: once the fault tests' killed processes
+# forked from a preloaded server (2026-11-27), the faults and the vLLM tests ended at 30 and 25 min and the rest,
+# alone on one core for its last 9 minutes, at 39. The reports of both follow the rest's. Any failing fails.
 # Disk: the four venvs take ~8 GB; torch's kernel cache, which vLLM's CPU path fills (GBs over many runs in
 # /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
 SECOND_STREAM := tests/faults tests/scaleout
+LATE_TESTS := tests/e2e/test_dagster_dev.py tests/bench
 test: servers
 	@echo "make test on:$$(sed -n 's/^model name[^:]*:\(.*\)/\1/p;T;q' /proc/cpuinfo), $$(nproc) cores," \
 		"AVX-512: $$(grep -qw avx512f /proc/cpuinfo && echo yes || echo no) (timings compare on one kind of processor)"
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
 	@( $(MAKE) --no-print-directory .venv-vllm/.installed && TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/torchinductor \
-		.venv-vllm/bin/python -m pytest -q \
-		--durations=5 -p no:cacheprovider tests/vllm_engine ) > .pytest-vllm.log 2>&1 & vllm=$$!; \
+		.venv-vllm/bin/python -m pytest -q --durations=5 -p no:cacheprovider tests/vllm_engine; engine=$$?; \
+		echo "== $(LATE_TESTS), after the vLLM tests:"; CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q \
+		--durations=5 -p no:cacheprovider $(LATE_TESTS); exit $$(( engine || $$? )) ) > .pytest-vllm.log 2>&1 & vllm=$$!; \
 	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=15 -p no:cacheprovider $(SECOND_STREAM) \
 		> .pytest-faults.log 2>&1 & faults=$$!; \
-	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=25 $(SECOND_STREAM:%=--ignore=%); suite=$$?; \
+	CREDITLINE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q --durations=25 $(SECOND_STREAM:%=--ignore=%) \
+		$(LATE_TESTS:%=--ignore=%); suite=$$?; \
 	wait $$faults; fault=$$?; wait $$vllm; engine=$$?; \
 	echo "== $(SECOND_STREAM) (the fault matrices, the scale-out), beside the suite:"; cat .pytest-faults.log; \
-	echo "== .venv-vllm and tests/vllm_engine (the real vLLM engine), beside the suite:"; cat .pytest-vllm.log; \
+	echo "== .venv-vllm and tests/vllm_engine (the real vLLM engine), then $(LATE_TESTS), beside the suite:"; \
+		cat .pytest-vllm.log; \
 	exit $$(( suite || fault || engine ))
 
 # The inner loop: the core's unit and property tests (estimators, config, rollouts, exports, the store,

@@ -58,11 +58,11 @@ for line in sys.stdin:
         import atexit, runpy, threading, traceback
         os.chdir(request["cwd"])
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        os.dup2(os.open(request["stdout"], os.O_WRONLY | os.O_TRUNC), 1)
-        os.dup2(os.open(request["stderr"], os.O_WRONLY | os.O_TRUNC), 2)
+        os.dup2(os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+        os.dup2(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.argv = [request["argv"][0], *request["argv"][1:]]
+        sys.argv = request["argv"]  # run_module puts the module's path in sys.argv[0], as `python -m` does
         code = 0
         try:
             runpy.run_module("pipelines.cli", run_name="__main__", alter_sys=True)
@@ -104,8 +104,6 @@ class PreloadedCli:
         assert env.get("OMP_NUM_THREADS") == "1", "the libraries were imported with one thread"
         with self._lock, tempfile.TemporaryDirectory() as scratch:
             out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-            out.touch()
-            err.touch()
             request = {"argv": ["creditline", *args], "env": env, "cwd": os.getcwd(), "stdout": str(out),
                        "stderr": str(err)}  # fmt: skip
             self._server.stdin.write(json.dumps(request) + "\n")
@@ -115,6 +113,7 @@ class PreloadedCli:
                 returncode = self._answer(timeout_s)["returncode"]
             except TimeoutError:
                 os.kill(pid, 9)
+                self._answer(timeout_s=60)  # its exit, so that the next command reads its own answers
                 raise
             return subprocess.CompletedProcess(
                 ["creditline", *args], returncode, out.read_text(), err.read_text()
