@@ -74,11 +74,12 @@ def step_preload(deployment: Deployment) -> list[str]:
     modules = ["pipelines.definitions", "creditline.round", "mlflow"]
     if deployment.dagster.postgres_url:
         modules.append("dagster_postgres")
-    if "://" in deployment.storage.uri:
+    if deployment.storage.uri:
         from fsspec.registry import known_implementations
 
-        protocol = deployment.storage.uri.split("://", 1)[0]
-        if implementation := known_implementations.get(protocol):
+        from creditline.store.objects import uri_protocol
+
+        if implementation := known_implementations.get(uri_protocol(deployment.storage.uri)):
             modules.append(implementation["class"].rsplit(".", 1)[0])
     return modules
 

@@ -34,6 +34,11 @@ _TEMPORARY = re.compile(r".*/\.[^/]+\.tmp-\d+-\d+$")
 """A key `publish` uploads to before moving it to its name (`.<name>.tmp-<pid>-<n>`)."""
 
 
+def uri_protocol(uri: str) -> str:
+    """The fsspec protocol a storage URI names (`s3` for `s3://bucket/prefix`); a bare path is `file`."""
+    return uri.split("://", 1)[0] if "://" in uri else "file"
+
+
 def _relative(fs, root: str, key: str) -> str:
     return key[len(fs._strip_protocol(root)) :].lstrip("/")
 
@@ -50,7 +55,7 @@ class ObjectStore:
     def filesystem(self):
         import fsspec
 
-        protocol = self.uri.split("://", 1)[0] if "://" in self.uri else "file"
+        protocol = uri_protocol(self.uri)
         options = dict(self.options)
         if protocol == "s3" and "endpoint_url" in options:  # s3fs takes the endpoint as a client argument
             options.setdefault("client_kwargs", {})["endpoint_url"] = options.pop("endpoint_url")

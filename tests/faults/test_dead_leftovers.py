@@ -38,9 +38,8 @@ def _statuses(data_root: Path) -> list[tuple[str, str]]:
 
 def test_leftovers_of_killed_runs_are_reported_then_cleaned(tmp_path, preloaded_cli):
     run = ("run", "--experiment", "left", "--config", str(TINY), "--rounds", "1")
-    killed = preloaded_cli.killed_at(
-        tmp_path, "train:update:1", *run
-    )  # in training: holding the `gpu` slot and the lease
+    # killed in training: holding the `gpu` slot and the lease
+    killed = preloaded_cli.killed_at(tmp_path, "train:update:1", *run)
     assert killed.returncode == -9, killed.stderr
 
     found = _leftovers(tmp_path)

@@ -9,7 +9,7 @@ process kills itself (SIGKILL: no cleanup, no `finally`) at that point of round 
 - leave `creditline verify` clean (files, edges both ways, round commits, MLflow runs) and no temp file,
 - record the killed attempt as a FAILED Dagster run, and leave no MLflow run RUNNING.
 The killed runs are processes of their own (one at a time), forked from a server that has imported the
-libraries once (`tests/faults/preloaded.py`: 11 s of CPU a killed process instead of 22); the re-runs, `verify`
+libraries once (`tests/faults/preloaded.py`: 11 s of CPU for a kill in round 2 instead of 22); the re-runs, `verify`
 and the reference runs are `creditline` in the test's process (`tests.e2e.cli.creditline`, on one torch thread
 as the killed processes), beside the next killed run: a re-run is the command's own code either way, and an
 in-process call saves the seconds of imports a process pays. The matrix is printed at the end.
