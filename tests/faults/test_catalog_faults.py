@@ -2,7 +2,8 @@
 
 Each case prepares its own data root with real `creditline run`s (records hold absolute paths, so a copied root
 would still point at the original's files), once per module. The commands run in the test's process
-(`tests.e2e.cli.creditline`), except the one killed by a failpoint, which needs a process of its own.
+(`tests.e2e.cli.creditline`), except the one killed by a failpoint, which needs a process of its own (forked
+from the fault tests' preloaded server, `tests/faults/preloaded.py`).
 
 - A recorded hash edited in the catalog is not vouched for by the fingerprint taken with the old hash: the next
   round refuses the parent; `verify` names every round that consumed a changed input; `lineage` marks every
