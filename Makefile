@@ -145,10 +145,12 @@ ui: install
 	DAGSTER_HOME=$(DATA_ROOT)/dagster_home $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 # The MLflow UI over the data root's embedded tracking store (artifacts are file paths beside it). A deployment
-# with a tracking server (`[mlflow] tracking_uri`) has that server's own UI instead.
+# with a tracking server (`[mlflow] tracking_uri`) has that server's own UI instead. One worker serves one
+# person: with MLflow's default of 4, uvicorn kills a worker that has not answered its health ping within 5 s,
+# which a worker still importing MLflow on a busy machine does not, and starts another, again and again.
 mlflow: install
 	@echo "creditline's runs: http://127.0.0.1:$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(DATA_ROOT)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(DATA_ROOT)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1
 
 bench: install-test
 	$(BIN)/python bench/advantages.py

@@ -48,6 +48,7 @@ from creditline.errors import CreditlineError
 from creditline.store import LineageStore
 from creditline.store.connection import is_postgres
 from creditline.store.data_root import DATA_ROOT_ENV, default_data_root, open_store
+from pipelines.interrupts import is_an_interrupt, raised_by_an_interrupt
 from pipelines.reachability import check_reachable
 
 if TYPE_CHECKING:
@@ -1145,22 +1146,6 @@ def _interrupt(signum, frame):
 
 
 INTERRUPTED = "interrupted: a round left incomplete is completed by `creditline run` again"
-DAGSTER_INTERRUPT = "DagsterExecutionInterruptedError"
-"""What Dagster raises in a step on Ctrl-C or SIGTERM (named: the CLI starts without importing Dagster)."""
-
-
-def _raised_by_an_interrupt(exc: BaseException) -> bool:
-    """True when `exc` stands for Ctrl-C or SIGTERM (a KeyboardInterrupt, or Dagster's own interrupt inside a
-    step): DuckDB, for one, turns an interrupt raised while a query runs into `RuntimeError('Query
-    interrupted')`, caused by the interrupt."""
-    seen: set[int] = set()
-    error: BaseException | None = exc
-    while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt) or type(error).__name__ == DAGSTER_INTERRUPT:
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False
 
 
 REDELIVER_S = 0.05
@@ -1180,7 +1165,7 @@ def _quiet_unraisable(unraisable) -> None:
         again = threading.Timer(REDELIVER_S, _thread.interrupt_main, args=(signal.Signals[name],))
         again.daemon = True
         again.start()
-    elif not (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == DAGSTER_INTERRUPT):
+    elif not is_an_interrupt(exc):
         sys.__unraisablehook__(unraisable)
 
 
@@ -1227,7 +1212,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {line}", file=sys.stderr)
         return 2
     except Exception as exc:
-        if _raised_by_an_interrupt(exc):
+        if raised_by_an_interrupt(exc):
             print(INTERRUPTED, file=sys.stderr)
             return 130
         if args.debug:

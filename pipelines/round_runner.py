@@ -25,6 +25,7 @@ import dagster as dg
 
 from creditline.config.deployment import load_deployment
 from creditline.errors import CreditlineError
+from pipelines.interrupts import INTERRUPT_CLASSES, logs_quiet_once_interrupted
 from resources.lineage import PROCESS_TAG
 
 
@@ -54,13 +55,20 @@ def execute_partition(
     """Run one partition of a job in this process against the persistent instance.
 
     Dagster's console log stays silent (its step failures come with stack traces); `failure_lines` says
-    what went wrong in one line each. With `debug`, Dagster's warnings and errors are shown as they happen.
+    what went wrong in one line each. Once Ctrl-C or SIGTERM has come, no library logs to stderr any more (the
+    CLI reports the interrupt in one line). With `debug`, Dagster's warnings and errors, and every library's
+    logs, are shown as they happen.
     """
     from creditline.liveness import this_process
 
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING" if debug else "CRITICAL"}}}}
+    importlib.import_module("mlflow")  # sets up its log handlers on import (the round's assets log to it)
     tags = {**(tags or {}), PROCESS_TAG: str(this_process())}
-    with _interrupt_signals() as seen, _watching_pools(data_root, seen):
+    with (
+        _interrupt_signals() as seen,
+        _watching_pools(data_root, seen),
+        contextlib.nullcontext() if debug else logs_quiet_once_interrupted(seen.drain),
+    ):
         if load_deployment().dagster.executor == "in_process":
             result = round_job_def(data_root, job_name).execute_in_process(
                 instance=instance,
@@ -83,9 +91,6 @@ def execute_partition(
     if seen or _stopped_by_an_interrupt(result):
         raise RoundInterrupted(result.run_id)
     return result
-
-
-INTERRUPT_CLASSES = ("KeyboardInterrupt", "DagsterExecutionInterruptedError")
 
 
 def _stopped_by_an_interrupt(result) -> bool:

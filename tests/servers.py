@@ -242,11 +242,16 @@ def dagster_webserver(data_root: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def mlflow_ui(data_root: Path) -> Iterator[str]:
-    """`mlflow ui` over the data root's embedded tracking store (what `make mlflow` serves) on a free port."""
+    """`mlflow ui` over the data root's embedded tracking store (what `make mlflow` serves) on a free port.
+
+    One worker, as `make mlflow` serves it: with more, uvicorn's supervisor kills a worker that has not answered
+    its health ping within 5 s, and on a loaded machine a worker that is still importing MLflow never does (a
+    fresh clone's `make test` once waited 90 s on workers killed and started again)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [Path(sys.executable).parent / "mlflow", "ui", "--backend-store-uri",
-               f"sqlite:///{data_root / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+               f"sqlite:///{data_root / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port),
+               "--workers", "1"]  # fmt: skip
     with _serving(command, data_root / f"mlflow-ui-{port}.log", f"{url}/health", "mlflow ui", 90):
         yield url
 

@@ -161,3 +161,33 @@ def test_sigterm_keeps_its_handler_after_a_run_in_a_process_started_with_sigint_
     finally:
         signal.signal(signal.SIGINT, before[0])
         signal.signal(signal.SIGTERM, before[1])
+
+
+def test_once_interrupted_no_log_record_reaches_a_stream_and_the_handlers_are_restored(capsys):
+    """Before the interrupt a library's record is printed; after it, none is, whether the logger has a stream
+    handler of its own or falls to Python's last-resort handler; a handler that writes elsewhere still gets
+    every record; after the block nothing is held back."""
+    import logging
+
+    from pipelines.interrupts import logs_quiet_once_interrupted
+
+    own, bare, kept = logging.getLogger("lib.own"), logging.getLogger("lib.bare"), []
+    stream = logging.StreamHandler()  # sys.stderr, as a library sets one up
+    elsewhere = logging.Handler()
+    elsewhere.emit = kept.append  # type: ignore[method-assign]
+    own.addHandler(stream), own.addHandler(elsewhere)
+    own.propagate = bare.propagate = False  # pytest's own capture handlers on the root stay out of it
+    interrupted = False
+    try:
+        with logs_quiet_once_interrupted(lambda: interrupted):
+            own.error("before, own"), bare.error("before, bare")
+            interrupted = True
+            own.error("after, own"), bare.error("after, bare")
+        own.error("outside, own"), bare.error("outside, bare")
+    finally:
+        own.removeHandler(stream), own.removeHandler(elsewhere)
+    assert capsys.readouterr().err.splitlines() == [
+        "before, own", "before, bare", "outside, own", "outside, bare"
+    ]  # fmt: skip
+    assert [r.getMessage() for r in kept] == ["before, own", "after, own", "outside, own"]
+    assert stream.filters == [] and logging.lastResort.filters == []

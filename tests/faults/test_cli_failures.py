@@ -82,6 +82,16 @@ def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_complet
     _rerun_completes(tmp_path)
 
 
+def test_sigterm_inside_an_mlflow_write_ends_in_one_line_and_a_rerun_completes(tmp_path):
+    """MLflow logs the interrupted statement as an ERROR with its traceback; none of it reaches stderr."""
+    run = [sys.executable, "-m", "tests.faults.term_in_mlflow_sql", *TERM_RUN]
+    stopped = subprocess.run(run, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.splitlines() == INTERRUPTED
+    assert round_commits(LineageStore(tmp_path / "lineage.duckdb"), "term") == {}
+    _rerun_completes(tmp_path)
+
+
 def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path):
     """The steps table is corrupted after it was written and before its check ran (the run stopped in between):
     a re-run would regenerate it (the round is not committed), so the check is what must catch it here."""
