@@ -5,10 +5,13 @@ still alive, so run monitoring never fails a run whose worker was killed. This l
 health check from the process recorded in the run's `creditline/process` tag: on this host, a
 vanished process means FAILED (and the run is tagged `creditline/reaped`, so the round sensor retries
 it), and run monitoring marks the run failed (and the concurrency daemon frees its slots) within one
-poll interval. `pipelines/instance.py` configures it.
+poll interval. A worker that cannot be judged (on another host, or not tagged yet) is left running.
+`pipelines/instance.py` configures it.
 """
 
 from __future__ import annotations
+
+import time
 
 import dagster as dg
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
@@ -24,14 +27,33 @@ class CreditlineRunLauncher(DefaultRunLauncher):
         return True
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        """FAILED only for a worker known to be gone. Dagster's run monitoring fails a started run on any
+        answer but RUNNING or SUCCESS, UNKNOWN included, so a worker that cannot be judged is RUNNING, as
+        without this check: one on another host, and one that has not named itself yet (it does at its first
+        step, which on a loaded machine can be more than a poll interval after the run started) until the
+        run has been started for as long as Dagster lets a run take to start."""
         process = run_process(run)
-        if process is None:  # not started executing yet: the worker has not tagged the run
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "no creditline/process tag yet")
+        if process is None:
+            waited = self._seconds_since_start(run)
+            if waited is None or waited < self._start_timeout_s():
+                return CheckRunHealthResult(WorkerStatus.RUNNING, "its worker has not named itself yet")
+            return CheckRunHealthResult(
+                WorkerStatus.UNKNOWN, f"no creditline/process tag {waited:.0f} s after start"
+            )
         alive = is_alive(process)
         if alive is False:  # tagged as reaped, so the round sensor knows to retry it
             if self._instance is not None:
                 self._instance.add_run_tags(run.run_id, {REAPED_TAG: "true"})
             return CheckRunHealthResult(WorkerStatus.FAILED, f"run worker {process.describe()} is gone")
         if alive is None:
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"run worker on another host ({process.host})")
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"run worker on another host ({process.host})")
         return CheckRunHealthResult(WorkerStatus.RUNNING)
+
+    def _seconds_since_start(self, run: dg.DagsterRun) -> float | None:
+        record = self._instance.get_run_record_by_id(run.run_id) if self._instance is not None else None
+        if record is None or record.start_time is None:
+            return None
+        return time.time() - record.start_time
+
+    def _start_timeout_s(self) -> float:
+        return self._instance.run_monitoring_start_timeout_seconds if self._instance is not None else 180.0

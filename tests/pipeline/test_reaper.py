@@ -1,5 +1,7 @@
 """Dead runs are reclaimed: marked failed, pool slots freed, and Dagster's run monitoring agrees."""
 
+import datetime
+import logging
 import threading
 import time
 
@@ -15,12 +17,14 @@ from pipelines.run_launcher import CreditlineRunLauncher
 DEAD = str(ProcessId(hostname(), 2**22 + 11, 1))  # no such pid on this host
 
 
-def _started_run(instance, tmp_path, process: str | None, partition: str = "x.r001"):
+def _started_run(instance, tmp_path, process: str | None, partition: str = "x.r001", ago_s: float = 0.0):
+    """A round's run, started `ago_s` seconds ago by the worker that `process` names (None: not named yet)."""
     job = make_definitions(str(tmp_path)).resolve_job_def(ROUND_JOB)
     tags = {"dagster/partition": partition, **({PROCESS_TAG: process} if process else {})}
     run = instance.create_run_for_job(job, tags=tags)
     instance.report_engine_event("started", run)
-    instance.handle_run_event(run.run_id, dg.DagsterEvent("PIPELINE_START", job_name=run.job_name))
+    started = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=ago_s)
+    instance.handle_run_event(run.run_id, dg.DagsterEvent("PIPELINE_START", job_name=run.job_name), started)
     return instance.get_run_by_id(run.run_id)
 
 
@@ -46,12 +50,41 @@ def test_the_run_launcher_reports_worker_health_from_the_process_tag(tmp_path):
     assert launcher.supports_check_run_worker_health
     with dg.instance_for_test() as instance:
         launcher.register_instance(instance)
-        runs = {name: _started_run(instance, tmp_path, process) for name, process in
-                [("dead", DEAD), ("alive", str(this_process())), ("elsewhere", "other-host:1:1"), ("untagged", None)]}  # fmt: skip
+        runs = _runs_of_each_kind(instance, tmp_path)
         status = {name: launcher.check_run_worker_health(run).status.value for name, run in runs.items()}
         reaped = {name for name, run in runs.items() if REAPED_TAG in instance.get_run_by_id(run.run_id).tags}
-    assert status == {"dead": "FAILED", "alive": "RUNNING", "elsewhere": "UNKNOWN", "untagged": "UNKNOWN"}
+    assert status == {"dead": "FAILED", "alive": "RUNNING", "elsewhere": "RUNNING", "untagged": "RUNNING",
+                      "untagged for 200 s": "UNKNOWN"}  # fmt: skip
     assert reaped == {"dead"}  # the round sensor will retry it
+
+
+def _runs_of_each_kind(instance, tmp_path) -> dict[str, dg.DagsterRun]:
+    """Started runs whose worker is dead, alive, on another host, not named yet, and not named 200 s after
+    the run started (Dagster's start timeout is 180 s)."""
+    kinds = [("dead", DEAD, 0), ("alive", str(this_process()), 0), ("elsewhere", "other-host:1:1", 0),
+             ("untagged", None, 0), ("untagged for 200 s", None, 200)]  # fmt: skip
+    return {
+        name: _started_run(instance, tmp_path, process, f"x.r00{i + 1}", ago)
+        for i, (name, process, ago) in enumerate(kinds)
+    }
+
+
+def test_dagster_run_monitoring_fails_only_runs_whose_worker_is_gone_or_never_named_itself(tmp_path):
+    """Dagster's own monitoring pass over each run, with our launcher: it fails a started run on any answer but
+    RUNNING. A worker slow to reach its first step (a loaded machine) once had its round failed under it."""
+    from dagster._daemon.monitoring.run_monitoring import monitor_started_run
+
+    launcher = {"module": "pipelines.run_launcher", "class": "CreditlineRunLauncher"}
+    overrides = {"run_launcher": launcher, "run_monitoring": {"enabled": True, "max_resume_run_attempts": 0}}
+    with dg.instance_for_test(overrides=overrides) as instance:
+        assert isinstance(instance.run_launcher, CreditlineRunLauncher)
+        runs = _runs_of_each_kind(instance, tmp_path)
+        for run in runs.values():
+            record = instance.get_run_record_by_id(run.run_id)
+            monitor_started_run(instance, None, record, logging.getLogger("run monitoring"))  # type: ignore[arg-type]
+        status = {name: instance.get_run_by_id(run.run_id).status.value for name, run in runs.items()}
+    assert status == {"dead": "FAILURE", "alive": "STARTED", "elsewhere": "STARTED", "untagged": "STARTED",
+                      "untagged for 200 s": "FAILURE"}  # fmt: skip
 
 
 def test_the_instance_monitors_runs_with_our_launcher(tmp_path):
