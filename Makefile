@@ -147,10 +147,11 @@ ui: install
 # The MLflow UI over the data root's embedded tracking store (artifacts are file paths beside it). A deployment
 # with a tracking server (`[mlflow] tracking_uri`) has that server's own UI instead. One worker serves one
 # person: with MLflow's default of 4, uvicorn kills a worker that has not answered its health ping within 5 s,
-# which a worker still importing MLflow on a busy machine does not, and starts another, again and again.
+# which a worker still importing MLflow on a busy machine does not, and starts another, again and again. No
+# job runners: MLflow starts eight processes for its GenAI jobs, which creditline never submits (~40 s of CPU).
 mlflow: install
 	@echo "creditline's runs: http://127.0.0.1:$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(DATA_ROOT)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///$(DATA_ROOT)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1
 
 bench: install-test
 	$(BIN)/python bench/advantages.py
