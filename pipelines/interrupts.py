@@ -51,11 +51,12 @@ class _QuietOnceInterrupted(logging.Filter):
 
 @contextlib.contextmanager
 def logs_quiet_once_interrupted(interrupted: Callable[[], bool]) -> Iterator[None]:
-    """Inside the block, once `interrupted()` is true, no log record reaches a stream: the stream handlers of
-    the loggers that exist on entry, and Python's last-resort handler, which writes the records of a library
-    that set up no handler (SQLAlchemy's). Until then every record passes as before; handlers that write
-    elsewhere (Dagster's event log) are left alone. A library that sets up its handlers when it is imported
-    (MLflow) is covered if it was imported before the block.
+    """Inside the block, once `interrupted()` is true, no log record reaches a terminal stream: the stream
+    handlers of the loggers that exist on entry, and Python's last-resort handler, which writes the records of
+    a library that set up no handler (SQLAlchemy's). Until then every record passes as before; handlers that
+    write elsewhere (files, Dagster's event log) are left alone. A library that sets up its handlers when it
+    is imported (MLflow) is covered if it was imported before the block; one that sets them up on first use
+    later (transformers) is not, nor are other processes, nor what the `warnings` module prints.
 
     `interrupted` must turn true before the library that the interrupt hit can log: the Python handler of a
     signal runs after the signal is written to the wakeup file descriptor, so a drain of that pipe will do
@@ -65,7 +66,11 @@ def logs_quiet_once_interrupted(interrupted: Callable[[], bool]) -> Iterator[Non
     quiet = _QuietOnceInterrupted(interrupted)
     loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
     handlers = [h for lg in loggers if isinstance(lg, logging.Logger) for h in lg.handlers]
-    streams = [h for h in {logging.lastResort, *handlers} if isinstance(h, logging.StreamHandler)]
+    streams = [
+        h
+        for h in {logging.lastResort, *handlers}
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+    ]
     for handler in streams:
         handler.addFilter(quiet)
     try:

@@ -55,21 +55,26 @@ def execute_partition(
     """Run one partition of a job in this process against the persistent instance.
 
     Dagster's console log stays silent (its step failures come with stack traces); `failure_lines` says
-    what went wrong in one line each. Once Ctrl-C or SIGTERM has come, no library logs to stderr any more (the
-    CLI reports the interrupt in one line). With `debug`, Dagster's warnings and errors, and every library's
-    logs, are shown as they happen.
+    what went wrong in one line each. With the in-process executor, once Ctrl-C or SIGTERM has come, the log
+    handlers that write to stderr (those set up before the run, MLflow's included) print nothing more: the CLI
+    reports the interrupt in one line. With `debug`, Dagster's warnings and errors are shown as they happen,
+    and nothing is held back.
     """
     from creditline.liveness import this_process
 
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING" if debug else "CRITICAL"}}}}
-    importlib.import_module("mlflow")  # sets up its log handlers on import (the round's assets log to it)
+    in_process = load_deployment().dagster.executor == "in_process"
+    if in_process and not debug:  # the steps run here: their libraries log here
+        importlib.import_module("mlflow")  # sets up its log handlers on import (the round's assets log to it)
     tags = {**(tags or {}), PROCESS_TAG: str(this_process())}
     with (
         _interrupt_signals() as seen,
         _watching_pools(data_root, seen),
-        contextlib.nullcontext() if debug else logs_quiet_once_interrupted(seen.drain),
+        logs_quiet_once_interrupted(lambda: bool(seen) or seen.drain())
+        if in_process and not debug
+        else contextlib.nullcontext(),
     ):
-        if load_deployment().dagster.executor == "in_process":
+        if in_process:
             result = round_job_def(data_root, job_name).execute_in_process(
                 instance=instance,
                 partition_key=partition_key,
@@ -121,14 +126,24 @@ class Interrupts(set[int]):
 
     def __init__(self, read_end: int) -> None:
         super().__init__()
-        self._read_end = read_end
-        self._lock = threading.Lock()
+        self._read_end: int | None = read_end
+        # re-entrant: a log filter drains too, and a finalizer that logs may run inside a drain
+        self._lock = threading.RLock()
 
     def drain(self) -> bool:
         """Take in the signals written to the pipe since the last call; True if any interrupt came."""
         with self._lock, contextlib.suppress(BlockingIOError, OSError):
-            self.update(s for s in os.read(self._read_end, 4096) if s in (signal.SIGINT, signal.SIGTERM))
+            if self._read_end is not None:
+                self.update(s for s in os.read(self._read_end, 4096) if s in (signal.SIGINT, signal.SIGTERM))
         return bool(self)
+
+    def close(self) -> None:
+        """Take in the last signals and close the pipe's read end; `drain` then reads nothing more."""
+        with self._lock:
+            self.drain()
+            if self._read_end is not None:
+                os.close(self._read_end)
+                self._read_end = None
 
 
 @contextlib.contextmanager
@@ -153,8 +168,7 @@ def _interrupt_signals() -> Iterator[Interrupts]:
         # ignored (a background job of a script, `nohup ... &`), SIGTERM would be ignored from then on.
         signal.signal(signal.SIGTERM, on_sigterm)
         signal.set_wakeup_fd(previous)
-        seen.drain()
-        os.close(read_end)
+        seen.close()
         os.close(write_end)
 
 

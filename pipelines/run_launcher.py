@@ -34,15 +34,15 @@ class CreditlineRunLauncher(DefaultRunLauncher):
         run has been started for as long as Dagster lets a run take to start."""
         process = run_process(run)
         if process is None:
-            waited = self._seconds_since_start(run)
-            if waited is None or waited < self._start_timeout_s():
+            waited, timeout_s = self._seconds_since_start(run), self._start_timeout_s()
+            if waited is None or timeout_s <= 0 or waited < timeout_s:  # Dagster's timeout 0: none
                 return CheckRunHealthResult(WorkerStatus.RUNNING, "its worker has not named itself yet")
             return CheckRunHealthResult(
-                WorkerStatus.UNKNOWN, f"no creditline/process tag {waited:.0f} s after start"
+                WorkerStatus.UNKNOWN, f"no process tag {waited:.0f} s after its start"
             )
         alive = is_alive(process)
         if alive is False:  # tagged as reaped, so the round sensor knows to retry it
-            if self._instance is not None:
+            if self.has_instance:
                 self._instance.add_run_tags(run.run_id, {REAPED_TAG: "true"})
             return CheckRunHealthResult(WorkerStatus.FAILED, f"run worker {process.describe()} is gone")
         if alive is None:
@@ -50,10 +50,12 @@ class CreditlineRunLauncher(DefaultRunLauncher):
         return CheckRunHealthResult(WorkerStatus.RUNNING)
 
     def _seconds_since_start(self, run: dg.DagsterRun) -> float | None:
-        record = self._instance.get_run_record_by_id(run.run_id) if self._instance is not None else None
-        if record is None or record.start_time is None:
+        """Seconds since the run started (since it was created, where its storage keeps no start time)."""
+        record = self._instance.get_run_record_by_id(run.run_id) if self.has_instance else None
+        if record is None:
             return None
-        return time.time() - record.start_time
+        started = record.start_time if record.start_time is not None else record.create_timestamp.timestamp()
+        return time.time() - started
 
     def _start_timeout_s(self) -> float:
-        return self._instance.run_monitoring_start_timeout_seconds if self._instance is not None else 180.0
+        return self._instance.run_monitoring_start_timeout_seconds if self.has_instance else 180.0

@@ -1,5 +1,5 @@
 """`python -m tests.faults.term_in_mlflow_sql ARGS...`: `creditline ARGS...`, sent SIGTERM from inside the
-first write statement that MLflow runs on the data root's tracking store (`mlflow.db`).
+first write statement that MLflow runs on the data root's tracking store (`$CREDITLINE_DATA_ROOT/mlflow.db`).
 
 A SIGTERM from outside lands at any moment, and now and then inside MLflow's SQL (seen once in a fresh clone of
 `make test`). This puts it there every time. A sqlite progress callback, armed on MLflow's connections when
@@ -16,11 +16,13 @@ import runpy
 import signal
 import sqlite3
 import sys
+from pathlib import Path
 
 import sqlalchemy
 import sqlalchemy.event
 
-TRACKING_FILE = "mlflow.db"
+TRACKING_FILE = Path(os.environ["CREDITLINE_DATA_ROOT"]).resolve() / "mlflow.db"
+"""The data root's tracking store (not the template store a first start may build elsewhere)."""
 _tracking: set[int] = set()  # ids of the sqlite connections to the tracking store
 _fired = False
 
@@ -36,7 +38,7 @@ def _fire() -> int:
 def _on_connect(connection, _record) -> None:
     if isinstance(connection, sqlite3.Connection):
         files = [row[2] for row in connection.execute("PRAGMA database_list")]
-        if any(path.endswith(TRACKING_FILE) for path in files):
+        if any(path and Path(path).resolve() == TRACKING_FILE for path in files):
             _tracking.add(id(connection))
 
 
