@@ -64,14 +64,15 @@ def execute_partition(
 
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING" if debug else "CRITICAL"}}}}
     in_process = load_deployment().dagster.executor == "in_process"
-    if in_process and not debug:  # the steps run here: their libraries log here
+    hold_logs = in_process and not debug  # the steps run here: their libraries log here
+    if hold_logs:
         importlib.import_module("mlflow")  # sets up its log handlers on import (the round's assets log to it)
     tags = {**(tags or {}), PROCESS_TAG: str(this_process())}
     with (
         _interrupt_signals() as seen,
         _watching_pools(data_root, seen),
         logs_quiet_once_interrupted(lambda: bool(seen) or seen.drain())
-        if in_process and not debug
+        if hold_logs
         else contextlib.nullcontext(),
     ):
         if in_process:

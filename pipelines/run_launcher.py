@@ -34,8 +34,8 @@ class CreditlineRunLauncher(DefaultRunLauncher):
         run has been started for as long as Dagster lets a run take to start."""
         process = run_process(run)
         if process is None:
-            waited, timeout_s = self._seconds_since_start(run), self._start_timeout_s()
-            if waited is None or timeout_s <= 0 or waited < timeout_s:  # Dagster's timeout 0: none
+            waited = self._seconds_since_start(run)  # None: nothing to tell by; a timeout of 0 is none
+            if waited is None or not 0 < self._instance.run_monitoring_start_timeout_seconds <= waited:
                 return CheckRunHealthResult(WorkerStatus.RUNNING, "its worker has not named itself yet")
             return CheckRunHealthResult(
                 WorkerStatus.UNKNOWN, f"no process tag {waited:.0f} s after its start"
@@ -56,6 +56,3 @@ class CreditlineRunLauncher(DefaultRunLauncher):
             return None
         started = record.start_time if record.start_time is not None else record.create_timestamp.timestamp()
         return time.time() - started
-
-    def _start_timeout_s(self) -> float:
-        return self._instance.run_monitoring_start_timeout_seconds if self.has_instance else 180.0

@@ -163,10 +163,10 @@ def test_sigterm_keeps_its_handler_after_a_run_in_a_process_started_with_sigint_
         signal.signal(signal.SIGTERM, before[1])
 
 
-def test_once_interrupted_no_log_record_reaches_a_stream_and_the_handlers_are_restored(capsys):
+def test_once_interrupted_no_log_record_reaches_a_stream_and_the_handlers_are_restored(capsys, tmp_path):
     """Before the interrupt a library's record is printed; after it, none is, whether the logger has a stream
-    handler of its own or falls to Python's last-resort handler; a handler that writes elsewhere still gets
-    every record; after the block nothing is held back."""
+    handler of its own or falls to Python's last-resort handler; a handler that writes elsewhere (a log file
+    too) still gets every record; after the block nothing is held back."""
     import logging
 
     from pipelines.interrupts import logs_quiet_once_interrupted
@@ -175,7 +175,8 @@ def test_once_interrupted_no_log_record_reaches_a_stream_and_the_handlers_are_re
     stream = logging.StreamHandler()  # sys.stderr, as a library sets one up
     elsewhere = logging.Handler()
     elsewhere.emit = kept.append  # type: ignore[method-assign]
-    own.addHandler(stream), own.addHandler(elsewhere)
+    log_file = logging.FileHandler(tmp_path / "lib.log")
+    own.addHandler(stream), own.addHandler(elsewhere), own.addHandler(log_file)
     own.propagate = bare.propagate = False  # pytest's own capture handlers on the root stay out of it
     interrupted = False
     try:
@@ -185,9 +186,11 @@ def test_once_interrupted_no_log_record_reaches_a_stream_and_the_handlers_are_re
             own.error("after, own"), bare.error("after, bare")
         own.error("outside, own"), bare.error("outside, bare")
     finally:
-        own.removeHandler(stream), own.removeHandler(elsewhere)
+        own.removeHandler(stream), own.removeHandler(elsewhere), own.removeHandler(log_file)
+        log_file.close()
     assert capsys.readouterr().err.splitlines() == [
         "before, own", "before, bare", "outside, own", "outside, bare"
     ]  # fmt: skip
     assert [r.getMessage() for r in kept] == ["before, own", "after, own", "outside, own"]
+    assert (tmp_path / "lib.log").read_text().splitlines() == ["before, own", "after, own", "outside, own"]
     assert stream.filters == [] and logging.lastResort.filters == []
