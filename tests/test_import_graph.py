@@ -66,6 +66,15 @@ def test_loading_the_dagster_definitions_imports_no_model_library_nor_mlflow():
     assert {"dagster", "assets", "pandera"} <= roots  # the check sees what was imported
 
 
+def test_a_torchrun_rank_imports_neither_dagster_nor_mlflow_nor_the_other_assets():
+    """`assets.train_worker` is one rank of the training stage under torchrun: it talks to Dagster through
+    `dagster_pipes` alone, so it imports no other module of the `assets` package either (each imports Dagster)."""
+    result, roots = imported_roots("-c", "import assets.train_worker")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert roots & {"dagster", "mlflow", "vllm", "pandera"} == set()
+    assert {"torch", "dagster_pipes", "assets"} <= roots  # the check sees what was imported
+
+
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     """A registered experiment: its initial policy, a round-1 checkpoint trained from it, their evaluations."""
