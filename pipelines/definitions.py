@@ -10,6 +10,7 @@ import dagster as dg
 
 from assets import RESCORE, RESCORE_ASSETS, ROUND_ASSETS, ROUND_CHECKS, ROUNDS
 from creditline.config.deployment import Deployment, load_deployment
+from pipelines.executors import multiprocess_executor
 from pipelines.sensors import round_failure_sensor, round_sensor
 from resources import default_data_root, deployed_resources
 
@@ -49,7 +50,7 @@ def executor_for(deployment: Deployment) -> dg.ExecutorDefinition:
     settings = deployment.dagster
     if settings.executor == "multiprocess":
         start = {"forkserver": {"preload_modules": step_preload(deployment)}}
-        return dg.multiprocess_executor.configured(
+        return multiprocess_executor.configured(
             {"max_concurrent": settings.max_concurrent, "start_method": start}
         )
     if settings.executor == "celery":

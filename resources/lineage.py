@@ -30,6 +30,15 @@ PROCESS_TAG = "creditline/process"
 """Run tag naming the process that executes the run (`creditline.liveness.ProcessId`)."""
 
 
+def name_run_worker(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Tag the run with this process as the one executing it, unless its stored tags name a process already.
+    The stored run decides: a step's copy of the run can predate the tag (the multiprocess executor hands each
+    step the run as it was when the run started)."""
+    run = instance.get_run_by_id(run_id)
+    if run is not None and PROCESS_TAG not in run.tags:
+        instance.add_run_tags(run_id, {PROCESS_TAG: str(this_process())})
+
+
 class LineageResource(dg.ConfigurableResource):
     data_root: str
     catalog: str = ""
@@ -42,10 +51,12 @@ class LineageResource(dg.ConfigurableResource):
     """The filesystem's options as JSON (`[storage] options`)."""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        """Name this process as the run's worker, so that a killed worker can be told from a slow one."""
+        """Name this process as the run's worker, so that a killed worker can be told from a slow one,
+        unless a process is named already: by `creditline run`, or by the multiprocess executor of
+        `pipelines.executors`, whose steps set this resource up in processes of their own."""
         run = context.dagster_run
         if run is not None and context.instance is not None and PROCESS_TAG not in run.tags:
-            context.instance.add_run_tags(run.run_id, {PROCESS_TAG: str(this_process())})
+            name_run_worker(context.instance, run.run_id)
 
     @property
     def root(self) -> Path:

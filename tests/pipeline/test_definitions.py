@@ -64,6 +64,7 @@ def test_rescore_partitions_are_rounds_by_dynamic_rubric_versions():
 def test_the_deployment_chooses_the_executor_and_the_instance_storage():
     from creditline.config.deployment import DagsterSettings, Deployment
     from pipelines.definitions import executor_for
+    from pipelines.executors import multiprocess_executor
     from pipelines.instance import dagster_yaml
 
     assert executor_for(Deployment()).name == "in_process"
@@ -71,6 +72,8 @@ def test_the_deployment_chooses_the_executor_and_the_instance_storage():
         Deployment(dagster=DagsterSettings(executor="multiprocess", max_concurrent=3))
     )
     assert multiprocess.name == "multiprocess"
+    # ours: Dagster's, naming its run worker (tests/pipeline/test_reaper.py)
+    assert multiprocess.executor_creation_fn is multiprocess_executor.executor_creation_fn
     server = dagster_yaml(DagsterSettings(postgres_url="postgresql://u:pw@db:5432/dagster", gpus=4))
     assert 'postgres_url: "postgresql+psycopg2://u:pw@db:5432/dagster"' in server
     assert "default_limit: 4" in server and "storage:" not in dagster_yaml(DagsterSettings())

@@ -141,3 +141,26 @@ def test_run_refuses_while_a_live_process_runs_a_round_of_the_experiment(tmp_pat
         ):
             refuse_if_in_flight(instance, "busy")
         refuse_if_in_flight(instance, "idle")  # its only run is dead: nothing to wait for
+
+
+def test_a_multiprocess_run_is_not_taken_for_dead_when_its_first_step_process_ends(tmp_path, monkeypatch):
+    """Under the multiprocess executor each step has a process of its own, which ends with the step. The run is
+    named after its worker (the process that starts the steps' processes and lives as long as the run), so a
+    reaper that ticks after the first step's process has ended finds nothing to reap, no later step names itself
+    instead, and the run succeeds."""
+    from tests.pipeline import multiprocess_job
+
+    monkeypatch.setenv("CREDITLINE_DATA_ROOT", str(tmp_path))
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        result = dg.execute_job(dg.reconstructable(multiprocess_job.three_steps), instance)
+        run = instance.get_run_by_id(result.run_id)
+        steps = {
+            key.path[-1]: event.asset_materialization.metadata
+            for key in (dg.AssetKey("first"), dg.AssetKey("second"), dg.AssetKey("third"))
+            for event in [instance.get_latest_materialization_event(key)]
+        }
+    pids = {steps[name]["pid"].value for name in steps} | {this_process().pid}
+    assert len(pids) == 4  # a process for each step and the worker
+    assert steps["second"]["reaped"].value == ""
+    assert run.status == dg.DagsterRunStatus.SUCCESS and REAPED_TAG not in run.tags
+    assert run.tags[PROCESS_TAG] == str(this_process())  # the run worker: here, the test's process
