@@ -4,10 +4,10 @@ Every run records the process that executes it (the `creditline/process` tag, `p
 that a killed run worker can be told from a slow one: the round sensor and run monitoring fail a run whose
 process is gone. `LineageResource` names the process it is set up in, which under the multiprocess executor
 is a step's own process. That process ends with its step, and until the next step was set up, a live run was
-failed as dead (and each step named itself again, from the run as it was before the first step). This
-executor names the run worker, the process that starts the steps' processes and outlives them, before the
-first step starts; the steps' resources then find a process named and leave it. The configuration is
-Dagster's own.
+failed as dead, and each later step, holding a copy of the run taken before any step ran, saw no process
+named and named itself in turn. This executor names the run worker, the process that starts the steps'
+processes and outlives them, before the first step starts (whatever a re-executed run inherited from its
+parent); the steps' resources then find it named and leave it. The configuration is Dagster's own.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class RunWorkerNamingExecutor(Executor):
     def execute(
         self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
     ) -> Iterator[dg.DagsterEvent]:
-        name_run_worker(plan_context.instance, plan_context.run_id)
+        name_run_worker(plan_context.instance, plan_context.run_id, worker=True)
         yield from self._inner.execute(plan_context, execution_plan)
 
     @property

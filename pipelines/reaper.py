@@ -15,9 +15,8 @@ from __future__ import annotations
 import dagster as dg
 
 from creditline.liveness import ProcessId, is_alive, this_process
-from resources.lineage import PROCESS_TAG
+from resources.lineage import PROCESS_TAG, REAPED_TAG
 
-REAPED_TAG = "creditline/reaped"
 PARTITION_TAG = "dagster/partition"
 POOLS = ("gpu",)
 LIVE = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]

@@ -29,9 +29,10 @@ class CreditlineRunLauncher(DefaultRunLauncher):
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
         """FAILED only for a worker known to be gone. Dagster's run monitoring fails a started run on any
         answer but RUNNING or SUCCESS, UNKNOWN included, so a worker that cannot be judged is RUNNING, as
-        without this check: one on another host, and one that has not named itself yet (it does at its first
-        step, which on a loaded machine can be more than a poll interval after the run started) until the
-        run has been started for as long as Dagster lets a run take to start."""
+        without this check: one on another host, and one that has not named itself yet (under the in-process
+        executor it does at its first step's set-up, under the multiprocess one as its executor starts; on a
+        loaded machine either can be more than a poll interval after the run started) until the run has been
+        started for as long as Dagster lets a run take to start."""
         process = run_process(run)
         if process is None:
             waited = self._seconds_since_start(run)  # None: nothing to tell by; a timeout of 0 is none

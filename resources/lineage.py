@@ -28,15 +28,35 @@ from creditline.store.data_root import catalog_target, open_store, store_at
 
 PROCESS_TAG = "creditline/process"
 """Run tag naming the process that executes the run (`creditline.liveness.ProcessId`)."""
+REAPED_TAG = "creditline/reaped"
+"""Run tag set to "true" on a run failed because its process was gone (`pipelines.reaper`)."""
+PARENT_RUN_TAG = "dagster/parent_run_id"
+"""Dagster's tag on a re-executed run, naming the run it re-executes."""
 
 
-def name_run_worker(instance: dg.DagsterInstance, run_id: str) -> None:
-    """Tag the run with this process as the one executing it, unless its stored tags name a process already.
-    The stored run decides: a step's copy of the run can predate the tag (the multiprocess executor hands each
-    step the run as it was when the run started)."""
+def name_run_worker(instance: dg.DagsterInstance, run_id: str, *, worker: bool = False) -> None:
+    """Tag the run with this process as the one executing it, where `worker` says this process is the run's
+    worker, or where the stored run names no process or only its parent's.
+
+    The stored run decides, not a step's copy: the multiprocess executor hands each step the run as it was
+    when the run started. A re-executed run (the UI's Re-execute, the run-retry daemon) starts with its
+    parent's tags, this one and `creditline/reaped` among them: it would name the parent's worker, gone or
+    busy elsewhere, and be failed as dead, and a later failure of its own would be taken for a kill. Both
+    are replaced."""
     run = instance.get_run_by_id(run_id)
-    if run is not None and PROCESS_TAG not in run.tags:
-        instance.add_run_tags(run_id, {PROCESS_TAG: str(this_process())})
+    if run is None:
+        return
+    parent_id = run.tags.get(PARENT_RUN_TAG)
+    parent = instance.get_run_by_id(parent_id) if parent_id else None
+    inherited = {key for key in (PROCESS_TAG, REAPED_TAG) if parent and key in run.tags
+                 and parent.tags.get(key) == run.tags[key]}  # fmt: skip
+    tags = {}
+    if worker or PROCESS_TAG not in run.tags or PROCESS_TAG in inherited:
+        tags[PROCESS_TAG] = str(this_process())
+    if REAPED_TAG in inherited:
+        tags[REAPED_TAG] = "false"
+    if tags and any(run.tags.get(key) != value for key, value in tags.items()):
+        instance.add_run_tags(run_id, tags)
 
 
 class LineageResource(dg.ConfigurableResource):
@@ -53,9 +73,12 @@ class LineageResource(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Name this process as the run's worker, so that a killed worker can be told from a slow one,
         unless a process is named already: by `creditline run`, or by the multiprocess executor of
-        `pipelines.executors`, whose steps set this resource up in processes of their own."""
+        `pipelines.executors`, whose steps set this resource up in processes of their own. A re-executed run
+        is looked at again (its tags start as its parent's)."""
         run = context.dagster_run
-        if run is not None and context.instance is not None and PROCESS_TAG not in run.tags:
+        if run is None or context.instance is None:
+            return
+        if PROCESS_TAG not in run.tags or PARENT_RUN_TAG in run.tags:
             name_run_worker(context.instance, run.run_id)
 
     @property

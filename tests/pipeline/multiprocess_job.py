@@ -9,6 +9,7 @@ it to the step, which is the run as it was before any step started.
 """
 
 import os
+import tempfile
 
 import dagster as dg
 
@@ -34,12 +35,24 @@ def third(lineage: LineageResource) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={"pid": os.getpid()})
 
 
-def three_steps() -> dg.JobDefinition:
-    """The job, for `dg.reconstructable`: each step process builds it again from this module."""
-    preload = {"start_method": {"forkserver": {"preload_modules": [__name__]}}}
+def _job(executor: dg.ExecutorDefinition) -> dg.JobDefinition:
+    # The steps write nothing under the data root. A fixed one, not an environment variable: Python starts one
+    # forkserver per process, so every later test's steps would inherit the first test's environment.
     return dg.Definitions(
         assets=[first, second, third],
         jobs=[dg.define_asset_job("three_steps")],
-        resources={"lineage": LineageResource(data_root=os.environ["CREDITLINE_DATA_ROOT"])},
-        executor=multiprocess_executor.configured(preload),
+        resources={"lineage": LineageResource(data_root=tempfile.gettempdir())},
+        executor=executor,
     ).resolve_job_def("three_steps")
+
+
+def three_steps() -> dg.JobDefinition:
+    """The job under the multiprocess executor, for `dg.reconstructable`: each step process builds it again."""
+    return _job(
+        multiprocess_executor.configured({"start_method": {"forkserver": {"preload_modules": [__name__]}}})
+    )
+
+
+def three_steps_in_process() -> dg.JobDefinition:
+    """The same job under the in-process executor (the default deployment's)."""
+    return _job(dg.in_process_executor)

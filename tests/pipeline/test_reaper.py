@@ -6,6 +6,7 @@ import threading
 import time
 
 import dagster as dg
+import pytest
 
 from creditline.config.deployment import DagsterSettings
 from creditline.liveness import ProcessId, hostname, this_process
@@ -143,14 +144,13 @@ def test_run_refuses_while_a_live_process_runs_a_round_of_the_experiment(tmp_pat
         refuse_if_in_flight(instance, "idle")  # its only run is dead: nothing to wait for
 
 
-def test_a_multiprocess_run_is_not_taken_for_dead_when_its_first_step_process_ends(tmp_path, monkeypatch):
+def test_a_multiprocess_run_is_not_taken_for_dead_when_its_first_step_process_ends(tmp_path):
     """Under the multiprocess executor each step has a process of its own, which ends with the step. The run is
     named after its worker (the process that starts the steps' processes and lives as long as the run), so a
     reaper that ticks after the first step's process has ended finds nothing to reap, no later step names itself
     instead, and the run succeeds."""
     from tests.pipeline import multiprocess_job
 
-    monkeypatch.setenv("CREDITLINE_DATA_ROOT", str(tmp_path))
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         result = dg.execute_job(dg.reconstructable(multiprocess_job.three_steps), instance)
         run = instance.get_run_by_id(result.run_id)
@@ -164,3 +164,33 @@ def test_a_multiprocess_run_is_not_taken_for_dead_when_its_first_step_process_en
     assert steps["second"]["reaped"].value == ""
     assert run.status == dg.DagsterRunStatus.SUCCESS and REAPED_TAG not in run.tags
     assert run.tags[PROCESS_TAG] == str(this_process())  # the run worker: here, the test's process
+
+
+@pytest.mark.parametrize("job", ["three_steps", "three_steps_in_process"])
+def test_a_reexecuted_run_names_its_own_worker_not_the_one_its_parent_had(tmp_path, job):
+    """Dagster's re-execution (the UI's Re-execute, the run-retry daemon) copies the parent run's tags: its
+    worker, gone, and `creditline/reaped`. The new run names its own worker, so a reaper that ticks while it runs
+    finds nothing to reap, and it is not marked as killed."""
+    from dagster._core.execution.api import execute_run
+
+    from tests.pipeline import multiprocess_job
+
+    recon = dg.reconstructable(getattr(multiprocess_job, job))
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        definition = recon.get_definition()
+        parent = instance.create_run_for_job(definition, tags={PROCESS_TAG: DEAD, REAPED_TAG: "true"})
+        lineage = {"dagster/parent_run_id": parent.run_id, "dagster/root_run_id": parent.run_id}
+        child = instance.create_run_for_job(
+            definition,
+            tags={**parent.tags, **lineage},
+            parent_run_id=parent.run_id,
+            root_run_id=parent.run_id,
+        )
+        execute_run(recon, child, instance)
+        run = instance.get_run_by_id(child.run_id)
+        reaped = instance.get_latest_materialization_event(
+            dg.AssetKey("second")
+        ).asset_materialization.metadata
+    assert reaped["reaped"].value == ""
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert run.tags[PROCESS_TAG] == str(this_process()) and run.tags[REAPED_TAG] == "false"
