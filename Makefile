@@ -135,7 +135,7 @@ test: servers
 # The inner loop: the core's unit and property tests (estimators, config, rollouts, exports, the store,
 # schemas, the import rules, the error classes, the type check), without the tests that run rounds (`slow`), the
 # fault matrices or vLLM. Two pytest processes side by side, one per core: tests/core and the type and schema
-# checks, and the rest (one process used one core: 3 min 33 s against 2 min 13 s for two, AMD EPYC,
+# checks, and the rest (one process used one core: 3 min 33 s against 2 min 8 s for two, AMD EPYC,
 # 2026-11-28). The second's report follows the first's; either failing fails.
 FAST_CORE := tests/core tests/test_schema_text.py tests/test_types.py
 FAST_REST := tests/advantages tests/store tests/test_schemas.py tests/test_import_contract.py \

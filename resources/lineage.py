@@ -30,8 +30,6 @@ PROCESS_TAG = "creditline/process"
 """Run tag naming the process that executes the run (`creditline.liveness.ProcessId`)."""
 REAPED_TAG = "creditline/reaped"
 """Run tag set to "true" on a run failed because its process was gone (`pipelines.reaper`)."""
-PARENT_RUN_TAG = "dagster/parent_run_id"
-"""Dagster's tag on a re-executed run, naming the run it re-executes."""
 
 
 def name_run_worker(instance: dg.DagsterInstance, run_id: str, *, worker: bool = False) -> None:
@@ -46,8 +44,7 @@ def name_run_worker(instance: dg.DagsterInstance, run_id: str, *, worker: bool =
     run = instance.get_run_by_id(run_id)
     if run is None:
         return
-    parent_id = run.tags.get(PARENT_RUN_TAG)
-    parent = instance.get_run_by_id(parent_id) if parent_id else None
+    parent = instance.get_run_by_id(run.parent_run_id) if run.parent_run_id else None
     inherited = {key for key in (PROCESS_TAG, REAPED_TAG) if parent and key in run.tags
                  and parent.tags.get(key) == run.tags[key]}  # fmt: skip
     tags = {}
@@ -55,7 +52,7 @@ def name_run_worker(instance: dg.DagsterInstance, run_id: str, *, worker: bool =
         tags[PROCESS_TAG] = str(this_process())
     if REAPED_TAG in inherited:
         tags[REAPED_TAG] = "false"
-    if tags and any(run.tags.get(key) != value for key, value in tags.items()):
+    if any(run.tags.get(key) != value for key, value in tags.items()):
         instance.add_run_tags(run_id, tags)
 
 
@@ -78,7 +75,7 @@ class LineageResource(dg.ConfigurableResource):
         run = context.dagster_run
         if run is None or context.instance is None:
             return
-        if PROCESS_TAG not in run.tags or PARENT_RUN_TAG in run.tags:
+        if PROCESS_TAG not in run.tags or run.parent_run_id is not None:
             name_run_worker(context.instance, run.run_id)
 
     @property

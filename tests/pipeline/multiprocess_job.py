@@ -1,6 +1,7 @@
-"""A three-step job under the multiprocess executor, for tests/pipeline/test_reaper.py.
+"""A three-step job, for tests/pipeline/test_reaper.py: under the multiprocess executor and under the in-process one.
 
-Each step runs in a process of its own, forked from the executor's forkserver, which imports only this module.
+Under the multiprocess executor each step runs in a process of its own, forked from the executor's forkserver,
+which imports only this module.
 `first` sets up `LineageResource` (which names the run's worker when no process is named yet) and ends, and its
 process with it. `second` does what the round sensor does on each tick while the run is in flight, between one
 step's end and the next step's set-up (it sets up no `LineageResource` of its own): it reaps the runs whose worker
