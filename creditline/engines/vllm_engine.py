@@ -29,7 +29,6 @@ vLLM is imported lazily: nothing on the torch path needs it installed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -213,6 +212,14 @@ class VLLMEngine:
         return completions
 
 
+WRITER_FIELDS = frozenset({"_name_or_path", "transformers_version"})
+"""config.json fields that say where a checkpoint came from and which transformers wrote it, not what it is: a
+policy saved by another transformers release (a user's, or verifiers' test policy) and the checkpoints
+creditline's trainer writes from it differ in `transformers_version` alone."""
+
+
 def _architecture(folder: str | Path) -> str:
-    """Checkpoints with the same config.json share an engine (weights are reloaded, not rebuilt)."""
-    return hashlib.sha256((Path(folder) / "config.json").read_bytes()).hexdigest()
+    """Checkpoints whose config.json is the same but for `WRITER_FIELDS` share an engine (weights are
+    reloaded, not rebuilt; a new dtype or shape still builds a new one)."""
+    config = json.loads((Path(folder) / "config.json").read_text())
+    return json.dumps({k: v for k, v in config.items() if k not in WRITER_FIELDS}, sort_keys=True)

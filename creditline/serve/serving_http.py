@@ -51,6 +51,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from creditline.engines.vllm_engine import WRITER_FIELDS
 from creditline.serve import serving
 from creditline.serve.serving_requests import RequestError, prompt_token_ids
 
@@ -70,7 +71,7 @@ class _RequestCounter:
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 """The environment variable that enables vLLM's development routes (here: the weight reload ones)."""
 
-_NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype"})
+_NOT_ARCHITECTURE = WRITER_FIELDS | {"torch_dtype", "dtype"}
 """config.json fields that may differ between checkpoints of one architecture (a trainer's save rewrites
 them)."""
 

@@ -72,6 +72,9 @@ def test_a_round_that_verifiers_plays_serves_its_parent_on_vllm(tmp_path):
     data = tmp_path / "data"
     run = creditline(data, "run", "--experiment", "vf-vllm", "--config", str(config), subprocess=True)
     assert run.returncode == 0, run.stderr[-3000:]
+    # verifiers' rollouts and creditline's evaluation (of the initial policy and of round 1's checkpoint) are
+    # served by one engine, the deployment's, reloaded: vLLM logs each engine it builds once
+    assert run.stderr.count("Initializing a V1 LLM engine") == 1, run.stderr[-3000:]
     store = LineageStore(data / "lineage.duckdb")
     assert store.artifact("vf-vllm", 1, "source").meta["format"] == "v1"
     steps = read_parquet(store.artifact("vf-vllm", 1, "steps").path)
