@@ -38,10 +38,10 @@ def _evaluate_policy(
 
     def compute():
         verify_checkpoint(policy)
-        if config.eval.verifiers.env_id:  # a verifiers environment plays the evaluation
-            episodes, summary = evaluate_in_verifiers(config, policy.path, round_)
+        loaded = engine.load(policy.path, config.rollouts, policy.content_hash)
+        if config.eval.verifiers.env_id:  # a verifiers environment plays the evaluation, served by `loaded`
+            episodes, summary = evaluate_in_verifiers(config, loaded, policy.path, round_)
         else:
-            loaded = engine.load(policy.path, config.rollouts, policy.content_hash)
             episodes, summary = evaluate_policy(loaded, load_tokenizer(policy.path), config, round_)
         table = episodes[list(EVALUATION_COLUMNS)].assign(policy_round=round_)
         return {"evaluation": (table, vars(summary))}

@@ -81,7 +81,8 @@ def rollouts(
     verify_checkpoint(parent)
     if play:
         with tempfile.TemporaryDirectory() as scratch:
-            run = play_with_verifiers(rollout_run(config, round_), parent.path, Path(scratch) / "run")
+            policy = engine.load(parent.path, config.rollouts, parent.content_hash)
+            run = play_with_verifiers(rollout_run(config, round_), policy, parent.path, Path(scratch) / "run")
             source = record_source(
                 store,
                 read_source(run),

@@ -20,17 +20,21 @@ from pathlib import Path
 import pandas as pd
 
 from creditline.config import ExperimentConfig
+from creditline.engines.base import Engine
 from creditline.interop.verifiers_import import read_source, source_tables
 from creditline.interop.verifiers_source import evaluation_run, play_with_verifiers
 from creditline.rollout.evaluation import EvaluationSummary, summarize
 
 
 def evaluate_in_verifiers(
-    config: ExperimentConfig, policy_folder: str | Path, policy_round: int
+    config: ExperimentConfig, policy: Engine, policy_folder: str | Path, policy_round: int
 ) -> tuple[pd.DataFrame, EvaluationSummary]:
-    """The policy after `policy_round` (0: the initial one) evaluated by `[eval.verifiers]`: the episode table
-    (E rows, E ≤ `eval.num_tasks`) and its summary."""
+    """The policy after `policy_round` (0: the initial one; `policy`, an engine holding `policy_folder`'s
+    weights) evaluated by `[eval.verifiers]`: the episode table (E rows, E ≤ `eval.num_tasks`) and its
+    summary."""
     with tempfile.TemporaryDirectory() as scratch:
-        run = play_with_verifiers(evaluation_run(config, policy_round), policy_folder, Path(scratch) / "run")
+        run = play_with_verifiers(
+            evaluation_run(config, policy_round), policy, policy_folder, Path(scratch) / "run"
+        )
         tables = source_tables(read_source(run, for_training=False), config.name, policy_round)
     return tables.episodes, summarize(tables.episodes, tables.steps)

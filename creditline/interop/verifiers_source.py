@@ -7,7 +7,9 @@ verifiers environment, the way its users run it, against the round's parent chec
 the initial policy). One path for both, described by a `VerifiersRun` (`rollout_run`, `evaluation_run`):
 
 1. the checkpoint is served on a free 127.0.0.1 port from this process (`serving_http.serving_in_background`,
-   vLLM's routes, with the experiment's engine: torch, or vLLM on a GPU);
+   vLLM's routes) by the engine the round's other stages use: the one the deployment's `EngineResource` loads
+   with the experiment's `[rollouts]` settings (torch or vLLM, its device, its vLLM settings), so a round
+   whose rollouts verifiers plays and whose evaluation creditline plays holds one vLLM engine, not two;
 2. the environment runs in its own venv (`python`), through the runner of its API
    (`creditline/interop/verifiers_runners/classic.py` or `v1.py`), one rollout at a time, with at most
    `rollouts.max_new_tokens` tokens per call:
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from creditline.config import ExperimentConfig, VerifiersSettings
+from creditline.engines.base import Engine
 from creditline.ids import derive_seed
 from creditline.interop.verifiers_runners import RUNNERS
 
@@ -62,8 +65,6 @@ class VerifiersRun:
     """Draws the examples (the runner) and seeds the server's requests."""
     model: str
     """The name the checkpoint is served under: `<experiment>/round-<N>`, N the round that trained it."""
-    engine: str
-    """What serves the checkpoint: "torch" or "vllm" (`rollouts.engine`)."""
 
 
 def rollout_run(config: ExperimentConfig, round_: int) -> VerifiersRun:
@@ -78,7 +79,6 @@ def rollout_run(config: ExperimentConfig, round_: int) -> VerifiersRun:
         rollouts.max_new_tokens,
         derive_seed(config.name, round_, "verifiers"),
         f"{config.name}/round-{round_ - 1}",
-        rollouts.engine,
     )
 
 
@@ -96,7 +96,6 @@ def evaluation_run(config: ExperimentConfig, policy_round: int) -> VerifiersRun:
         rollouts.max_new_tokens,
         derive_seed(config.name, "eval"),
         f"{config.name}/round-{policy_round}",
-        rollouts.engine,
     )
 
 
@@ -139,12 +138,15 @@ def runner_command(run: VerifiersRun, policy_folder: str | Path, base_url: str, 
 
 
 def play_with_verifiers(
-    run: VerifiersRun, policy_folder: str | Path, out: Path, *, timeout_s: float = 3600
+    run: VerifiersRun, policy: Engine, policy_folder: str | Path, out: Path, *, timeout_s: float = 3600
 ) -> Path:
-    """Serve `policy_folder`, run the environment against it; its saved run folder is `out`."""
-    from creditline.serve.serving_http import load_served_policy, serving_in_background
+    """Serve `policy` (an engine holding `policy_folder`'s weights), run the environment against it; its saved
+    run folder is `out`."""
+    from creditline.policy.models import load_tokenizer
+    from creditline.serve.serving import PolicyServer
+    from creditline.serve.serving_http import serving_in_background
 
-    server = load_served_policy(run.engine, policy_folder, run.model)
+    server = PolicyServer(policy, load_tokenizer(policy_folder), run.model, str(policy_folder))
     with serving_in_background(server, run.seed) as base_url, tempfile.TemporaryFile("w+") as stderr:
         command = runner_command(run, policy_folder, base_url, out)
         done = subprocess.run(
