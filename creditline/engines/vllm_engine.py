@@ -29,8 +29,11 @@ vLLM is imported lazily: nothing on the torch path needs it installed.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,11 +96,32 @@ class VLLMSettings:
         )
 
 
+IPC_OWNER_ENV = "CREDITLINE_VLLM_IPC_OWNER"
+"""The pid of the process that made `VLLM_RPC_BASE_PATH`'s folder (set beside it, inherited by children)."""
+
+
+def _own_ipc_folder() -> None:
+    """vLLM's engine processes talk over ZMQ IPC sockets, files in `VLLM_RPC_BASE_PATH` (the temporary folder
+    by default), and leave them there when the engine stops, closed or not: 7 files in /tmp for each engine
+    (vLLM 0.32, CPU build). So, unless the user set that path, this process's engines (and their engine
+    processes, which inherit it) put their sockets in a folder of this process's own, removed when it exits;
+    a child of this process that builds engines of its own makes its own folder. A process that is killed
+    (SIGKILL) leaves its folder."""
+    owner = os.environ.get(IPC_OWNER_ENV)
+    if owner == str(os.getpid()) or ("VLLM_RPC_BASE_PATH" in os.environ and owner is None):
+        return
+    folder = tempfile.mkdtemp(prefix="creditline-vllm-ipc-")
+    os.environ["VLLM_RPC_BASE_PATH"], os.environ[IPC_OWNER_ENV] = folder, str(os.getpid())
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
 def import_vllm():
     """The `vllm` module, or a RuntimeError whose one line names the extra to install. vLLM logs to stdout
     unless told otherwise; its logs go to stderr here (and in its engine processes), where a command's stdout
-    stays its own (`creditline serve` announces its URL there)."""
+    stays its own (`creditline serve` announces its URL there). Its IPC sockets go to a folder of this
+    process's own (`_own_ipc_folder`)."""
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    _own_ipc_folder()
     try:
         import vllm
     except ImportError as exc:

@@ -36,6 +36,8 @@ def test_the_trainers_save_of_a_policy_another_transformers_wrote_shares_its_eng
     assert _architecture(moved) == _architecture(POLICY)
 
 
-@pytest.mark.parametrize("changes", [{"dtype": "float16"}, {"hidden_size": 256}, {"tie_word_embeddings": False}])
+@pytest.mark.parametrize(
+    "changes", [{"dtype": "float16"}, {"hidden_size": 256}, {"tie_word_embeddings": False}]
+)
 def test_a_checkpoint_of_another_dtype_or_shape_builds_its_own_engine(tmp_path, changes):
     assert _architecture(_variant(tmp_path, "other", **changes)) != _architecture(POLICY)

@@ -11,6 +11,7 @@ attention cannot run is refused in one line before anything is registered.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,19 @@ def small_config(tmp_path: Path, **replacements: str) -> Path:
     return path
 
 
+def _ipc_files() -> set[Path]:
+    """The temporary folder's sockets and creditline's IPC folders for vLLM (`vllm_engine._own_ipc_folder`)."""
+    folder = Path(tempfile.gettempdir())
+    return {p for p in folder.iterdir() if p.is_socket()} | set(folder.glob("creditline-vllm-ipc-*"))
+
+
 def test_two_rounds_on_the_vllm_engine_land_with_lineage_and_verify_clean(tmp_path):
     data = tmp_path / "data"
+    before = _ipc_files()
     run = creditline(data, "run", "--config", str(small_config(tmp_path)), subprocess=True)
     assert run.returncode == 0, run.stderr[-3000:]
+    # vLLM's IPC sockets went to a folder of the run's process, removed as it ended (7 files left in /tmp before)
+    assert not _ipc_files() - before, sorted(_ipc_files() - before)
     store = LineageStore(data / "lineage.duckdb")
     assert sorted(round_commits(store, EXPERIMENT)) == [1, 2]
     for round_ in (1, 2):

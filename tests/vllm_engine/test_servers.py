@@ -46,7 +46,13 @@ def _healthy(url: str) -> bool:
 def vllm_servers(untied_checkpoints, tmp_path_factory):
     """The base URLs of two vLLM OpenAI servers on round 0's checkpoint, with the development routes on."""
     logs = tmp_path_factory.mktemp("vllm-servers")
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # vLLM's own servers put their IPC sockets in the temporary folder and leave them: here, in `logs`
+    env = {
+        **os.environ,
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_RPC_BASE_PATH": str(logs),
+    }
     servers = []
     for i in range(2):
         port = free_port()
