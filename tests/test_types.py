@@ -1,8 +1,8 @@
 """The core type-checks: mypy over `creditline/` (pyproject's `[tool.mypy]`) reports no error.
 
 Run as `python -m mypy` from this interpreter, so it reads the packages installed beside the tests (torch,
-numpy, pandas: their annotations are part of the check; transformers is taken as Any, see pyproject.toml) and
-the settings of the repository root. mypy comes with the test extra (`make install-test`); without it this test fails rather than skip, so
+numpy, pandas: their annotations are part of the check; transformers is taken as Any, see pyproject.toml)
+and the settings of the repository root. mypy comes with the test extra (`make install-test`); without it this test fails rather than skip, so
 a check that never ran cannot pass for one that did.
 """
 

@@ -115,8 +115,9 @@ class EndpointsEngine:
         engine.load(folder, content_hash)
         return engine
 
-    def load(self, folder: str | Path, content_hash: str | None = None) -> None:
-        """Make every replica serve the weights of `folder`, a checkpoint of the architecture they serve.
+    def load(self, folder: str | Path, content_hash: str | None = None, force: bool = True) -> None:
+        """Make every replica serve the weights of `folder`, a checkpoint of the architecture they serve
+        (`force` is `VLLMEngine.load`'s, for `creditline serve`'s reload route: here every call reloads).
 
         The replicas read the folder themselves: it must be on a filesystem they share with this process, at
         the same absolute path. Every call reloads, even a folder this process loaded last: a replica may have

@@ -29,11 +29,12 @@ vLLM is imported lazily: nothing on the torch path needs it installed.
 
 from __future__ import annotations
 
-import atexit
 import json
+import multiprocessing.util
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,23 +97,39 @@ class VLLMSettings:
         )
 
 
-IPC_OWNER_ENV = "CREDITLINE_VLLM_IPC_OWNER"
-"""The pid of the process that made `VLLM_RPC_BASE_PATH`'s folder (set beside it, inherited by children)."""
+_SOCKET_PATH_MAX = 107
+"""The longest path a Unix socket may have on Linux (`sun_path`, less its final zero byte): vLLM's sockets
+are `<VLLM_RPC_BASE_PATH>/<uuid4>`."""
+IPC_OWNER_ENV = "CREDITLINE_VLLM_IPC_FOLDER"
+"""`PID:FOLDER`: the IPC folder a creditline process made for its engines, and that process (set beside
+`VLLM_RPC_BASE_PATH`, and inherited with it by its children)."""
 
 
 def _own_ipc_folder() -> None:
-    """vLLM's engine processes talk over ZMQ IPC sockets, files in `VLLM_RPC_BASE_PATH` (the temporary folder
-    by default), and leave them there when the engine stops, closed or not: 7 files in /tmp for each engine
+    """vLLM's engine processes talk over ZMQ IPC sockets, files in `VLLM_RPC_BASE_PATH` (the temporary
+    folder by default), and leave them there when the engine stops, closed or not: 7 files for each engine
     (vLLM 0.32, CPU build). So, unless the user set that path, this process's engines (and their engine
-    processes, which inherit it) put their sockets in a folder of this process's own, removed when it exits;
-    a child of this process that builds engines of its own makes its own folder. A process that is killed
-    (SIGKILL) leaves its folder."""
-    owner = os.environ.get(IPC_OWNER_ENV)
-    if owner == str(os.getpid()) or ("VLLM_RPC_BASE_PATH" in os.environ and owner is None):
-        return
-    folder = tempfile.mkdtemp(prefix="creditline-vllm-ipc-")
-    os.environ["VLLM_RPC_BASE_PATH"], os.environ[IPC_OWNER_ENV] = folder, str(os.getpid())
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    processes, which inherit it) put their sockets in a folder of this process's own, removed when the
+    process ends: at exit, and also when it is a multiprocessing child, which ends without `atexit`
+    (Dagster's multiprocess executor runs each step so). A child that inherited a parent's folder makes its
+    own. A process that is killed (SIGKILL) leaves its folder. Where the temporary folder's path is so long
+    that a folder in it would make the sockets' paths too long, vLLM's own path is left as it is."""
+    made_by, _, made = os.environ.get(IPC_OWNER_ENV, "").partition(":")
+    path = os.environ.get("VLLM_RPC_BASE_PATH")
+    if path is not None and (path != made or made_by == str(os.getpid())):
+        return  # the user's own path, or this process's folder, made already
+    if len(os.path.join(tempfile.gettempdir(), "clv-ipc-12345678", str(uuid.uuid4()))) > _SOCKET_PATH_MAX:
+        return  # a socket in a folder of its own would not fit: vLLM's own path, in the temporary folder
+    folder = tempfile.mkdtemp(prefix="clv-ipc-")
+    os.environ["VLLM_RPC_BASE_PATH"], os.environ[IPC_OWNER_ENV] = folder, f"{os.getpid()}:{folder}"
+    # run at a normal exit (multiprocessing's own atexit hook) and as a multiprocessing child ends; a fork of
+    # this process inherits the finalizer, hence the check of the pid
+    multiprocessing.util.Finalize(None, _remove_folder, args=(folder, os.getpid()), exitpriority=0)
+
+
+def _remove_folder(folder: str, made_by: int) -> None:
+    if os.getpid() == made_by:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def import_vllm():
@@ -130,7 +147,7 @@ def import_vllm():
 
 
 class VLLMEngine:
-    _shared: ClassVar[dict[tuple[str, VLLMSettings], VLLMEngine]] = {}
+    _shared: ClassVar[dict[tuple[str, str, VLLMSettings], VLLMEngine]] = {}
 
     def __init__(self, folder: str | Path, settings: VLLMSettings = VLLMSettings()):
         vllm = import_vllm()
@@ -158,10 +175,10 @@ class VLLMEngine:
     def shared(
         cls, folder: str | Path, settings: VLLMSettings = VLLMSettings(), content_hash: str | None = None
     ) -> VLLMEngine:
-        """This process's engine for `folder`'s architecture and `settings`, awake, with `folder`'s weights
-        (those recorded as `content_hash`, when given: a folder re-written since it was loaded is
+        """This process's engine for `folder`'s architecture, dtype and `settings`, awake, with `folder`'s
+        weights (those recorded as `content_hash`, when given: a folder re-written since it was loaded is
         reloaded)."""
-        key = (_architecture(folder), settings)
+        key = (_architecture(folder), settings.resolved_dtype(folder), settings)
         engine = cls._shared.get(key)
         if engine is None:
             engine = cls._shared[key] = cls(folder, settings)
@@ -236,14 +253,20 @@ class VLLMEngine:
         return completions
 
 
-WRITER_FIELDS = frozenset({"_name_or_path", "transformers_version"})
-"""config.json fields that say where a checkpoint came from and which transformers wrote it, not what it is: a
-policy saved by another transformers release (a user's, or verifiers' test policy) and the checkpoints
-creditline's trainer writes from it differ in `transformers_version` alone."""
+NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "dtype", "torch_dtype"})
+"""config.json fields that do not make another architecture: where the checkpoint came from, which
+transformers wrote it (a policy that another 5.x release saved, a user's or verifiers' test policy, and the
+checkpoints creditline's trainer writes from it differ in `transformers_version` alone; transformers 5 also
+rewrites a 4.x config's RoPE fields), and the weights' dtype (the engine's own is `resolved_dtype`)."""
+
+
+def checkpoint_architecture(folder: str | Path) -> dict:
+    """`folder`'s config.json without `NOT_ARCHITECTURE`: checkpoints that agree on it take each other's
+    weights (a reload, not a new engine)."""
+    config = json.loads((Path(folder) / "config.json").read_text())
+    return {k: v for k, v in config.items() if k not in NOT_ARCHITECTURE}
 
 
 def _architecture(folder: str | Path) -> str:
-    """Checkpoints whose config.json is the same but for `WRITER_FIELDS` share an engine (weights are
-    reloaded, not rebuilt; a new dtype or shape still builds a new one)."""
-    config = json.loads((Path(folder) / "config.json").read_text())
-    return json.dumps({k: v for k, v in config.items() if k not in WRITER_FIELDS}, sort_keys=True)
+    """`checkpoint_architecture` as a key."""
+    return json.dumps(checkpoint_architecture(folder), sort_keys=True)

@@ -37,7 +37,7 @@ def _import_generation_without_sklearn_metrics() -> None:
         if hidden:  # nothing can replace the None: an `import sklearn` under it fails
             del sys.modules["sklearn"]
     if not hasattr(candidate_generator, "roc_curve"):
-        candidate_generator.roc_curve = _roc_curve  # type: ignore[attr-defined]
+        candidate_generator.roc_curve = _roc_curve
 
 
 _import_generation_without_sklearn_metrics()

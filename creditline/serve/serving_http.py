@@ -51,7 +51,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from creditline.engines.vllm_engine import WRITER_FIELDS
+from creditline.engines.vllm_engine import checkpoint_architecture
 from creditline.serve import serving
 from creditline.serve.serving_requests import RequestError, prompt_token_ids
 
@@ -70,10 +70,6 @@ class _RequestCounter:
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 """The environment variable that enables vLLM's development routes (here: the weight reload ones)."""
-
-_NOT_ARCHITECTURE = WRITER_FIELDS | {"torch_dtype", "dtype"}
-"""config.json fields that may differ between checkpoints of one architecture (a trainer's save rewrites
-them)."""
 
 
 def dev_mode() -> bool:
@@ -226,12 +222,11 @@ def reload_policy(server: serving.PolicyServer, folder: str | Path) -> serving.P
 
 
 def _architecture(folder: Path) -> dict:
-    path = folder / "config.json"
-    if not path.is_file():
+    if not (folder / "config.json").is_file():
         raise RequestError(
             f"reload_weights: {folder} is not a checkpoint folder (no config.json)", "kwargs.weights_path"
         )
-    return {k: v for k, v in json.loads(path.read_text()).items() if k not in _NOT_ARCHITECTURE}
+    return checkpoint_architecture(folder)
 
 
 def _error(exc: RequestError) -> JSONResponse:
@@ -294,8 +289,9 @@ def serving_in_background(server: serving.PolicyServer, seed: int = 0) -> Iterat
     """Serve `server` on a free 127.0.0.1 port from a thread of this process; yield its `/v1` URL, stop on
     exit.
 
-    For a round whose rollouts a verifiers environment plays (`creditline.interop.verifiers_source`): the
-    policy is loaded once, here, and nothing is left running if the round fails."""
+    For a round whose rollouts or evaluation a verifiers environment plays
+    (`creditline.interop.verifiers_source`): it serves the engine the round's stage loaded, and nothing is
+    left running if the round fails."""
     config = uvicorn.Config(
         build_app(server, seed),
         host="127.0.0.1",

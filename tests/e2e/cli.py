@@ -21,11 +21,12 @@ DATA_ROOT = "CREDITLINE_DATA_ROOT"
 
 
 def creditline(
-    data_root: Path, *args: str, timeout: int = 900, subprocess: bool = False
+    data_root: Path, *args: str, timeout: int = 900, subprocess: bool = False, env: dict | None = None
 ) -> sp.CompletedProcess:
-    """`creditline ARGS` with CREDITLINE_DATA_ROOT=data_root: its exit code, stdout and stderr."""
+    """`creditline ARGS` with CREDITLINE_DATA_ROOT=data_root: its exit code, stdout and stderr; `env`: more
+    environment for a subprocess."""
     if subprocess:
-        env = {**os.environ, DATA_ROOT: str(data_root)}
+        env = {**os.environ, **(env or {}), DATA_ROOT: str(data_root)}
         return sp.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
                       timeout=timeout)  # fmt: skip
     return in_process([str(arg) for arg in args], {DATA_ROOT: str(data_root)})
