@@ -34,7 +34,6 @@ import multiprocessing.util
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,8 +97,11 @@ class VLLMSettings:
 
 
 _SOCKET_PATH_MAX = 107
-"""The longest path a Unix socket may have on Linux (`sun_path`, less its final zero byte): vLLM's sockets
-are `<VLLM_RPC_BASE_PATH>/<uuid4>`."""
+"""The longest path a Unix socket may have on Linux (`sun_path`, less its final zero byte)."""
+_IPC_PREFIX = "clv-ipc-"
+_IPC_FOLDER_CHARS = len(_IPC_PREFIX) + 8 + 1 + 36
+"""What a folder of ours adds to a socket's path beyond vLLM's `<VLLM_RPC_BASE_PATH>/<uuid4>`: its name
+(`mkdtemp`'s 8 random characters after the prefix), a separator and the 36 characters of vLLM's uuid."""
 IPC_OWNER_ENV = "CREDITLINE_VLLM_IPC_FOLDER"
 """`PID:FOLDER`: the IPC folder a creditline process made for its engines, and that process (set beside
 `VLLM_RPC_BASE_PATH`, and inherited with it by its children)."""
@@ -118,9 +120,9 @@ def _own_ipc_folder() -> None:
     path = os.environ.get("VLLM_RPC_BASE_PATH")
     if path is not None and (path != made or made_by == str(os.getpid())):
         return  # the user's own path, or this process's folder, made already
-    if len(os.path.join(tempfile.gettempdir(), "clv-ipc-12345678", str(uuid.uuid4()))) > _SOCKET_PATH_MAX:
+    if len(tempfile.gettempdir()) + 1 + _IPC_FOLDER_CHARS > _SOCKET_PATH_MAX:
         return  # a socket in a folder of its own would not fit: vLLM's own path, in the temporary folder
-    folder = tempfile.mkdtemp(prefix="clv-ipc-")
+    folder = tempfile.mkdtemp(prefix=_IPC_PREFIX)
     os.environ["VLLM_RPC_BASE_PATH"], os.environ[IPC_OWNER_ENV] = folder, f"{os.getpid()}:{folder}"
     # run at a normal exit (multiprocessing's own atexit hook) and as a multiprocessing child ends; a fork of
     # this process inherits the finalizer, hence the check of the pid

@@ -142,11 +142,9 @@ def play_with_verifiers(
 ) -> Path:
     """Serve `policy` (an engine holding `policy_folder`'s weights), run the environment against it; its saved
     run folder is `out`."""
-    from creditline.policy.models import load_tokenizer
-    from creditline.serve.serving import PolicyServer
-    from creditline.serve.serving_http import serving_in_background
+    from creditline.serve.serving_http import served_policy, serving_in_background
 
-    server = PolicyServer(policy, load_tokenizer(policy_folder), run.model, str(policy_folder))
+    server = served_policy(policy, policy_folder, run.model)
     with serving_in_background(server, run.seed) as base_url, tempfile.TemporaryFile("w+") as stderr:
         command = runner_command(run, policy_folder, base_url, out)
         done = subprocess.run(

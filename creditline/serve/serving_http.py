@@ -51,6 +51,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from creditline.engines.base import Engine
 from creditline.engines.vllm_engine import checkpoint_architecture
 from creditline.serve import serving
 from creditline.serve.serving_requests import RequestError, prompt_token_ids
@@ -253,10 +254,15 @@ def load_served_policy(engine_kind: str, folder: str | Path, model_name: str) ->
     import torch
 
     from creditline.engines import make_engine
-    from creditline.policy.models import load_tokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    engine = make_engine(engine_kind, folder, device=device)
+    return served_policy(make_engine(engine_kind, folder, device=device), folder, model_name)
+
+
+def served_policy(engine: Engine, folder: str | Path, model_name: str) -> serving.PolicyServer:
+    """`engine`, holding `folder`'s weights, served as `model_name` with `folder`'s tokenizer."""
+    from creditline.policy.models import load_tokenizer
+
     return serving.PolicyServer(engine, load_tokenizer(folder), model_name, str(folder))
 
 
