@@ -1,7 +1,7 @@
 """Where a process's vLLM engines put their IPC sockets (`vllm_engine._own_ipc_folder`; no vLLM needed): a
 folder of the process's own, removed when it ends, whether it exits as a program or ends as a multiprocessing
-child (Dagster's multiprocess executor runs steps so, without `atexit`); a path the user set is kept; a forked
-child neither removes its parent's folder nor uses it. The vLLM tests check a real engine's sockets
+child (Dagster's multiprocess executor runs steps so, without `atexit`); a path the user set is kept; a plain
+fork that exits does not remove its parent's folder. The vLLM tests check a real engine's sockets
 (tests/vllm_engine/test_round.py)."""
 
 from __future__ import annotations
