@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
+import os
+import signal
 
 import pytest
 import torch
@@ -10,6 +13,11 @@ import torch
 from creditline.policy.models import TinyPolicyConfig, build_tiny_policy, load_policy
 
 torch.set_num_threads(1)
+
+if _stacks := os.environ.get("CREDITLINE_TEST_STACKS"):
+    # `make test` stops a stream that runs past its limit with SIGTERM: every thread's stack goes to its log
+    # first (the test's own stderr is captured, and lost with it)
+    faulthandler.register(signal.SIGTERM, file=open(_stacks, "a"), all_threads=True, chain=True)
 
 collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm_engine"]
 """tests/vllm_engine/ runs the real vLLM engine: `make test` runs it in .venv-vllm, where vLLM is installed."""
