@@ -119,7 +119,7 @@ LATE_TESTS := tests/e2e/test_dagster_dev.py tests/bench
 # stacks appended to its log first (tests/conftest.py). The limits keep CI (90 min, installs included) near
 # 80 min at most; the streams take 25 to 40 min. CI shows the end of the output: the last lines say how each
 # stream ended, and which tests failed.
-LIMIT = timeout -k 60
+LIMIT = timeout --foreground -k 60
 STREAM = CREDITLINE_REQUIRE_SERVERS=1 CREDITLINE_TEST_STACKS=$(CURDIR)/.pytest-$(1).log $(LIMIT) $(2) \
 	$(3)/python -m pytest -q -p no:cacheprovider
 test: servers
