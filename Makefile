@@ -114,37 +114,33 @@ servers:
 # /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
 SECOND_STREAM := tests/faults tests/scaleout
 LATE_TESTS := tests/e2e/test_dagster_dev.py tests/bench
-# No stream runs on unseen: a test fails after 25 min (pytest-timeout, pyproject.toml), and a stream still
-# running at its limit (a hang outside a test, at exit say) is stopped with SIGTERM (exit 124), its threads'
-# stacks appended to its log first (tests/conftest.py). The limits keep CI (90 min, installs included) near
-# 80 min at most; the streams take 25 to 40 min. CI shows the end of the output: the last lines say how each
-# stream ended, and which tests failed.
+# No stream runs on unseen: a test fails after 25 min (pytest-timeout, pyproject.toml), and a pytest still
+# running at its stream's limit (a hang outside a test, at exit say) is stopped with SIGTERM (exit 124), its
+# threads' stacks written first (tests/conftest.py). The limits keep CI (90 min, installs included) near 80 min
+# at most; the streams take 25 to 40 min. CI shows the end of the output: scripts/test_report.py ends it with
+# how each pytest ended, from the files STREAM leaves (.pytest-NAME.exit, .xml, .stacks).
 LIMIT = timeout --foreground -k 60
-STREAM = CREDITLINE_REQUIRE_SERVERS=1 CREDITLINE_TEST_STACKS=$(CURDIR)/.pytest-$(1).log $(LIMIT) $(2) \
-	$(3)/python -m pytest -q -p no:cacheprovider
+STREAM = CREDITLINE_REQUIRE_SERVERS=1 CREDITLINE_TEST_STACKS=$(CURDIR)/.pytest-$(1).stacks $(LIMIT) $(2) \
+	$(3)/python -m pytest -q -p no:cacheprovider --junitxml=.pytest-$(1).xml
 test: servers
 	@echo "make test on:$$(sed -n 's/^model name[^:]*:\(.*\)/\1/p;T;q' /proc/cpuinfo), $$(nproc) cores," \
 		"AVX-512: $$(grep -qw avx512f /proc/cpuinfo && echo yes || echo no) (timings compare on one kind of processor)"
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
-	@rm -f .pytest-*.log; \
+	@rm -f .pytest-*; \
 	( $(MAKE) --no-print-directory .venv-vllm/.installed && TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/torchinductor \
-		$(call STREAM,vllm,50m,.venv-vllm/bin) --durations=5 tests/vllm_engine; engine=$$?; \
+		$(call STREAM,vllm,50m,.venv-vllm/bin) --durations=5 tests/vllm_engine; echo $$? > .pytest-vllm.exit; \
 		echo "== $(LATE_TESTS), after the vLLM tests:"; \
-		$(call STREAM,vllm,25m,$(BIN)) --durations=5 $(LATE_TESTS); late=$$?; \
-		echo "(the vLLM tests: exit $$engine; $(LATE_TESTS): exit $$late)"; exit $$(( engine || late )) ) \
-		>> .pytest-vllm.log 2>&1 & vllm=$$!; \
-	$(call STREAM,faults,75m,$(BIN)) --durations=15 $(SECOND_STREAM) >> .pytest-faults.log 2>&1 & faults=$$!; \
-	{ $(call STREAM,rest,75m,$(BIN)) --durations=25 $(SECOND_STREAM:%=--ignore=%) $(LATE_TESTS:%=--ignore=%) 2>&1; \
-		echo $$? > .pytest-rest.exit; } | tee -a .pytest-rest.log; suite=$$(cat .pytest-rest.exit); \
-	wait $$faults; fault=$$?; wait $$vllm; engine=$$?; \
+		$(call STREAM,late,25m,$(BIN)) --durations=5 $(LATE_TESTS); echo $$? > .pytest-late.exit ) \
+		> .pytest-vllm.log 2>&1 & \
+	( $(call STREAM,faults,75m,$(BIN)) --durations=15 $(SECOND_STREAM); echo $$? > .pytest-faults.exit ) \
+		> .pytest-faults.log 2>&1 & \
+	$(call STREAM,rest,75m,$(BIN)) --durations=25 $(SECOND_STREAM:%=--ignore=%) $(LATE_TESTS:%=--ignore=%); \
+		echo $$? > .pytest-rest.exit; \
+	wait; \
 	echo "== $(SECOND_STREAM) (the fault matrices, the scale-out), beside the suite:"; cat .pytest-faults.log; \
 	echo "== .venv-vllm and tests/vllm_engine (the real vLLM engine), then $(LATE_TESTS), beside the suite:"; \
 		cat .pytest-vllm.log; \
-	echo "== how the streams ended (exit 124: stopped at its limit, the stacks in its log):"; \
-	for log in rest faults vllm; do grep -E '^(FAILED|ERROR) |[0-9]+ (passed|failed|errors?)|: exit [0-9]' \
-		.pytest-$$log.log | sed "s/^/$$log: /"; done; \
-	echo "exit: the rest $$suite, the faults and scale-out $$fault, vLLM then the late tests $$engine"; \
-	exit $$(( suite || fault || engine ))
+	$(BIN)/python scripts/test_report.py rest faults vllm late
 
 # The inner loop: the core's unit and property tests (estimators, config, rollouts, exports, the store,
 # schemas, the import rules, the error classes, the type check), without the tests that run rounds (`slow`), the
@@ -153,7 +149,7 @@ test: servers
 # 2026-11-28). The second's report follows the first's; either failing fails.
 FAST_CORE := tests/core tests/test_schema_text.py tests/test_types.py
 FAST_REST := tests/advantages tests/store tests/test_schemas.py tests/test_import_contract.py \
-	tests/test_import_graph.py tests/test_error_classes.py
+	tests/test_import_graph.py tests/test_error_classes.py tests/test_test_report.py
 FAST_PYTEST = $(BIN)/python -m pytest -q --durations=5 -p no:cacheprovider -m "not slow"
 test-fast: servers
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
