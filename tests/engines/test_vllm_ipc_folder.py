@@ -1,5 +1,6 @@
 """Where a process's vLLM engines put their IPC sockets (`vllm_engine._own_ipc_folder`; no vLLM needed): a
-folder of the process's own, removed when it ends, whether it exits as a program or ends as a multiprocessing
+folder of the process's own, removed when it ends (after its daemonic children, vLLM's engine processes, have
+been terminated and joined: they shut down with their sockets' folder still there), whether it exits as a program or ends as a multiprocessing
 child (Dagster's multiprocess executor runs steps so, without `atexit`); a path the user set is kept; a plain
 fork that exits does not remove its parent's folder. The vLLM tests check a real engine's sockets
 (tests/vllm_engine/test_round.py)."""
@@ -68,6 +69,42 @@ def test_each_process_has_its_own_folder_and_removes_it_as_it_ends(tmp_path, tem
     assert all(Path(f).parent == temporary for f in folders)
     assert seen["mine exists after the fork"]
     # all three removed: the children's as they ended, the parent's at exit
+    assert not list(temporary.iterdir())
+
+
+DAEMON = """
+import multiprocessing, os, signal, sys, time
+from creditline.engines import vllm_engine
+
+def engine_process(folder, report):
+    # as vLLM's engine process does: it shuts down when its parent, exiting, terminates it
+    def on_sigterm(*_):
+        open(report, "w").write("folder there" if os.path.isdir(folder) else "folder gone")
+        os._exit(0)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    open(report + ".ready", "w").close()
+    while True:
+        time.sleep(0.1)
+
+if __name__ == "__main__":
+    vllm_engine._own_ipc_folder()
+    child = multiprocessing.get_context("spawn").Process(
+        target=engine_process, args=(os.environ["VLLM_RPC_BASE_PATH"], sys.argv[1]), daemon=True)
+    child.start()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(sys.argv[1] + ".ready"):  # its handler installed
+        assert time.monotonic() < deadline and child.is_alive()
+        time.sleep(0.1)
+"""
+
+
+def test_the_folder_stays_until_the_engine_processes_have_shut_down(tmp_path, temporary):
+    (tmp_path / "daemon.py").write_text(DAEMON)
+    report = tmp_path / "report"
+    done = subprocess.run([sys.executable, str(tmp_path / "daemon.py"), str(report)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TMPDIR": str(temporary)})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert report.read_text() == "folder there"  # removed only after the child was terminated and joined
     assert not list(temporary.iterdir())
 
 
