@@ -1,9 +1,9 @@
 """Where a process's vLLM engines put their IPC sockets (`vllm_engine._own_ipc_folder`; no vLLM needed): a
-folder of the process's own, removed when it ends (after its daemonic children, vLLM's engine processes, have
-been terminated and joined: they shut down with their sockets' folder still there), whether it exits as a program or ends as a multiprocessing
-child (Dagster's multiprocess executor runs steps so, without `atexit`); a path the user set is kept; a plain
-fork that exits does not remove its parent's folder. The vLLM tests check a real engine's sockets
-(tests/vllm_engine/test_round.py)."""
+folder of the process's own, removed when it ends, whether it exits as a program or ends as a multiprocessing
+child (Dagster's multiprocess executor runs steps so, without `atexit`), and only after its daemonic children
+(vLLM's engine processes) have been terminated and joined: they shut down with their sockets' folder still
+there. A path the user set is kept; a plain fork that exits does not remove its parent's folder. The vLLM tests
+check a real engine's sockets (tests/vllm_engine/test_round.py)."""
 
 from __future__ import annotations
 
