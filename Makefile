@@ -115,11 +115,13 @@ servers:
 SECOND_STREAM := tests/faults tests/scaleout
 LATE_TESTS := tests/e2e/test_dagster_dev.py tests/bench
 # No stream runs on unseen: a test fails after 25 min (pytest-timeout, pyproject.toml), and a pytest still
-# running at its stream's limit (a hang outside a test, at exit say) is stopped with SIGTERM (exit 124), its
-# threads' stacks written first (tests/conftest.py). The limits keep CI (90 min, installs included) near 80 min
-# at most; the streams take 25 to 40 min. CI shows the end of the output: scripts/test_report.py ends it with
-# how each pytest ended, from the files STREAM leaves (.pytest-NAME.exit, .xml, .stacks).
-LIMIT = timeout --foreground -k 60
+# running at its stream's limit (a hang outside a test, at exit say) is stopped with SIGUSR2 (exit 124; 137 if
+# it had to be killed 60 s later), its threads' stacks written first (tests/conftest.py). The limits (the streams
+# took 23 to 36 min here, the late tests 10) keep CI (90 min, installs included) near 70 min at most.
+# `--foreground` keeps Ctrl-C at a terminal reaching pytest; a stopped pytest's own children are not stopped.
+# CI shows the end of the output: scripts/test_report.py ends it with how each pytest ended, from the files
+# STREAM leaves (.pytest-NAME.exit, .xml, .stacks).
+LIMIT = timeout --foreground -s USR2 -k 60
 STREAM = CREDITLINE_REQUIRE_SERVERS=1 CREDITLINE_TEST_STACKS=$(CURDIR)/.pytest-$(1).stacks $(LIMIT) $(2) \
 	$(3)/python -m pytest -q -p no:cacheprovider --junitxml=.pytest-$(1).xml
 test: servers
@@ -128,13 +130,13 @@ test: servers
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
 	@rm -f .pytest-*; \
 	( $(MAKE) --no-print-directory .venv-vllm/.installed && TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/torchinductor \
-		$(call STREAM,vllm,50m,.venv-vllm/bin) --durations=5 tests/vllm_engine; echo $$? > .pytest-vllm.exit; \
+		$(call STREAM,vllm,40m,.venv-vllm/bin) --durations=5 tests/vllm_engine; echo $$? > .pytest-vllm.exit; \
 		echo "== $(LATE_TESTS), after the vLLM tests:"; \
-		$(call STREAM,late,25m,$(BIN)) --durations=5 $(LATE_TESTS); echo $$? > .pytest-late.exit ) \
+		$(call STREAM,late,20m,$(BIN)) --durations=5 $(LATE_TESTS); echo $$? > .pytest-late.exit ) \
 		> .pytest-vllm.log 2>&1 & \
-	( $(call STREAM,faults,75m,$(BIN)) --durations=15 $(SECOND_STREAM); echo $$? > .pytest-faults.exit ) \
+	( $(call STREAM,faults,60m,$(BIN)) --durations=15 $(SECOND_STREAM); echo $$? > .pytest-faults.exit ) \
 		> .pytest-faults.log 2>&1 & \
-	$(call STREAM,rest,75m,$(BIN)) --durations=25 $(SECOND_STREAM:%=--ignore=%) $(LATE_TESTS:%=--ignore=%); \
+	$(call STREAM,rest,60m,$(BIN)) --durations=25 $(SECOND_STREAM:%=--ignore=%) $(LATE_TESTS:%=--ignore=%); \
 		echo $$? > .pytest-rest.exit; \
 	wait; \
 	echo "== $(SECOND_STREAM) (the fault matrices, the scale-out), beside the suite:"; cat .pytest-faults.log; \

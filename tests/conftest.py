@@ -15,9 +15,13 @@ from creditline.policy.models import TinyPolicyConfig, build_tiny_policy, load_p
 torch.set_num_threads(1)
 
 if _stacks := os.environ.get("CREDITLINE_TEST_STACKS"):
-    # `make test` stops a stream that runs past its limit with SIGTERM: every thread's stack goes to its log
-    # first (the test's own stderr is captured, and lost with it)
-    faulthandler.register(signal.SIGTERM, file=open(_stacks, "a"), all_threads=True, chain=True)
+    # `make test` stops a pytest that runs past its stream's limit with SIGUSR2 (`timeout -s USR2`): every
+    # thread's stack goes to the file named first (the test's own stderr is captured, and lost with it), then
+    # the signal's default action ends the process. Not SIGTERM: code and tests that save and restore
+    # SIGTERM's handler would drop faulthandler's, which `signal` does not see. A forked child (vLLM's engine
+    # processes, the CLI processes the fault tests fork) does not inherit the dump.
+    faulthandler.register(signal.SIGUSR2, file=open(_stacks, "a"), all_threads=True, chain=True)
+    os.register_at_fork(after_in_child=lambda: faulthandler.unregister(signal.SIGUSR2))
 
 collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm_engine"]
 """tests/vllm_engine/ runs the real vLLM engine: `make test` runs it in .venv-vllm, where vLLM is installed."""

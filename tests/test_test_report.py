@@ -27,6 +27,8 @@ def test_each_stream_says_its_counts_its_failed_tests_and_its_exit(tmp_path, cap
             "def test_b(f): pass\n")  # fmt: skip
     (tmp_path / ".pytest-vllm.exit").write_text("124\n")  # stopped at its limit: no report, its stacks
     (tmp_path / ".pytest-vllm.stacks").write_text('  File "t.py", line 3 in test_hangs\n')
+    (tmp_path / ".pytest-rest.stacks").write_text("a stream that ended by itself: its stacks are not shown\n")
+    (tmp_path / ".pytest-late.xml").write_text("<testsuites><testsuite")  # cut short
     assert test_report.main(["rest", "faults", "vllm", "late"], tmp_path) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "== vllm: stopped at its limit; every thread's stack:"
@@ -40,8 +42,12 @@ def test_each_stream_says_its_counts_its_failed_tests_and_its_exit(tmp_path, cap
         "faults: failure test_faults::test_a",
         "faults: error test_faults::test_b",
         "vllm: no report; exit 124",
-        "late: no report; exit none (it did not end)",
+        report[-1],
     ]
+    assert report[-1].startswith("late: unreadable report .pytest-late.xml (") and report[-1].endswith(
+        "); exit none (it did not end)"
+    )
+    assert "a stream that ended by itself" not in "\n".join(out)
 
 
 def test_all_streams_passing_exit_0(tmp_path, capsys):

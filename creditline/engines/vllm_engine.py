@@ -125,9 +125,9 @@ def _own_ipc_folder() -> None:
     folder = tempfile.mkdtemp(prefix=_IPC_PREFIX)
     os.environ["VLLM_RPC_BASE_PATH"], os.environ[IPC_OWNER_ENV] = folder, f"{os.getpid()}:{folder}"
     # run at a normal exit (multiprocessing's own atexit hook) and as a multiprocessing child ends; a fork of
-    # this process inherits the finalizer, hence the check of the pid. A negative priority runs it last, once
-    # this process's daemonic children (vLLM's engine processes) have been terminated and joined: while they
-    # shut down, their sockets' folder is still there
+    # this process inherits the finalizer, hence the check of the pid. A negative priority runs it once this
+    # process's daemonic children (vLLM's engine processes) have been terminated and joined: while they shut
+    # down, their sockets' folder is still there
     multiprocessing.util.Finalize(None, _remove_folder, args=(folder, os.getpid()), exitpriority=-1)
 
 
