@@ -18,8 +18,8 @@ if _stacks := os.environ.get("CREDITLINE_TEST_STACKS"):
     # `make test` stops a pytest that runs past its stream's limit with SIGUSR2 (`timeout -s USR2`): every
     # thread's stack goes to the file named first (the test's own stderr is captured, and lost with it), then
     # the signal's default action ends the process. Not SIGTERM: code and tests that save and restore
-    # SIGTERM's handler would drop faulthandler's, which `signal` does not see. A forked child (vLLM's engine
-    # processes, the CLI processes the fault tests fork) does not inherit the dump.
+    # SIGTERM's handler would drop faulthandler's, which `signal` does not see. A child forked from pytest does
+    # not inherit the dump (its stacks are not the stopped stream's).
     faulthandler.register(signal.SIGUSR2, file=open(_stacks, "a"), all_threads=True, chain=True)
     os.register_at_fork(after_in_child=lambda: faulthandler.unregister(signal.SIGUSR2))
 

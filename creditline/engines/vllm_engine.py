@@ -100,8 +100,9 @@ _SOCKET_PATH_MAX = 107
 """The longest path a Unix socket may have on Linux (`sun_path`, less its final zero byte)."""
 _IPC_PREFIX = "clv-ipc-"
 _IPC_FOLDER_CHARS = len(_IPC_PREFIX) + 8 + 1 + 36
-"""What a folder of ours adds to a socket's path beyond vLLM's `<VLLM_RPC_BASE_PATH>/<uuid4>`: its name
-(`mkdtemp`'s 8 random characters after the prefix), a separator and the 36 characters of vLLM's uuid."""
+"""What a folder of ours adds to a socket's path beyond vLLM's `<VLLM_RPC_BASE_PATH>/<id>` (vLLM draws the
+36-character id; creditline draws none): its name (`mkdtemp`'s 8 random characters after the prefix), a
+separator and vLLM's id."""
 IPC_OWNER_ENV = "CREDITLINE_VLLM_IPC_FOLDER"
 """`PID:FOLDER`: the IPC folder a creditline process made for its engines, and that process (set beside
 `VLLM_RPC_BASE_PATH`, and inherited with it by its children)."""
