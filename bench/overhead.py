@@ -46,6 +46,7 @@ from creditline.engines import TorchEngine  # noqa: E402
 from creditline.policy.models import load_optimizer_state, load_policy, save_policy  # noqa: E402
 from creditline.round import evaluate_policy, generate_rollouts, score_rollouts, train_policy  # noqa: E402
 from creditline.store import LineageStore, hash_path  # noqa: E402
+from pipelines.garbage_collection import rounds_pace  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 THIS = "this code"
@@ -208,7 +209,7 @@ def main() -> None:
           "where the Dagster run went")  # fmt: skip
     for round_ in range(2, args.rounds + 1):
         recorded = {side: recorded_round(folder, config.name, round_) for side, folder in sides.items()}
-        with tempfile.TemporaryDirectory() as scratch:
+        with tempfile.TemporaryDirectory() as scratch, rounds_pace():  # the collector's pace a round runs at
             parent = recorded[THIS][3]
             core, stages, digest = core_round(config, parent, round_, Path(scratch) / "policy")
         for side, (wall, steps, checkpoint, _) in recorded.items():

@@ -25,6 +25,7 @@ import dagster as dg
 
 from creditline.config.deployment import load_deployment
 from creditline.errors import CreditlineError
+from pipelines.garbage_collection import rounds_pace
 from pipelines.interrupts import INTERRUPT_CLASSES, logs_quiet_once_interrupted
 from resources.lineage import PROCESS_TAG
 
@@ -54,11 +55,12 @@ def execute_partition(
 ):
     """Run one partition of a job in this process against the persistent instance.
 
-    Dagster's console log stays silent (its step failures come with stack traces); `failure_lines` says
-    what went wrong in one line each. With the in-process executor, once Ctrl-C or SIGTERM has come, the log
-    handlers that write to stderr (those set up before the run, MLflow's included) print nothing more: the CLI
-    reports the interrupt in one line. With `debug`, Dagster's warnings and errors are shown as they happen,
-    and nothing is held back.
+    The steps run with the cycle collector at the rounds' pace (`garbage_collection`) where they run in this
+    process. Dagster's console log stays silent (its step failures come with stack traces); `failure_lines`
+    says what went wrong in one line each. With the in-process executor, once Ctrl-C or SIGTERM has come, the
+    log handlers that write to stderr (those set up before the run, MLflow's included) print nothing more: the
+    CLI reports the interrupt in one line. With `debug`, Dagster's warnings and errors are shown as they
+    happen, and nothing is held back.
     """
     from creditline.liveness import this_process
 
@@ -69,6 +71,7 @@ def execute_partition(
         importlib.import_module("mlflow")  # sets up its log handlers on import (the round's assets log to it)
     tags = {**(tags or {}), PROCESS_TAG: str(this_process())}
     with (
+        rounds_pace(),  # the cycle collector: Python's pace costs ~0.2 s a round here
         _interrupt_signals() as seen,
         _watching_pools(data_root, seen),
         logs_quiet_once_interrupted(lambda: bool(seen) or seen.drain())
