@@ -12,9 +12,11 @@ Round 1 is left out of the share: it also builds the initial policy, evaluates i
 the process's one-time imports (MLflow alone is ~1.5 s). The replayed checkpoint must hash to the one the
 Dagster round recorded (same seed, same code path); the bench says so, or stops.
 
-The bench also runs a hollow job of the round job's shape (the same assets, blocking checks and gpu pool, on a
-dynamic partition, against an instance configured as `make run`'s) whose bodies do nothing: its wall time is
-what Dagster's own run costs here (planning, pool claims, the event log in sqlite), the floor of the overhead.
+The bench also runs a hollow job of the round job's graph (`hollow_job`: built from the definitions, the same
+steps, assets, dependencies, code versions, blocking checks and gpu pool, on the rounds' dynamic partitions,
+against an instance configured as `make run`'s) whose bodies do nothing: its wall time is what Dagster's own
+run costs here (planning, pool claims, each input's data version looked up, the event log in sqlite), the floor
+of the overhead.
 What is ours is the rest: `own overhead: X s a round`, the mean over the measured rounds of Dagster wall − core
 work − the hollow round's wall (its parts printed beside it).
 
@@ -104,43 +106,63 @@ def recorded_round(root: Path, name: str, round_: int) -> tuple[float, dict[str,
     return wall, steps, recorded.content_hash, parent.path
 
 
-ROUND_SHAPE = {  # step: (upstream steps, blocking checks, in the gpu pool): the round job's (pipelines/definitions.py)
-    "rollouts": ((), ["episodes_stored_and_valid", "steps_stored_and_valid", "parent_checkpoint_unchanged"], True),
-    "scores": (("rollouts",), ["scores_stored_and_valid"], False),
-    "reward_model": (("scores",), [], True),  # prime, spa: a second model; nothing for the others
-    "advantages": (("scores", "reward_model"), ["advantages_stored_and_valid"], False),
-    "checkpoint": (("advantages",), [], True),
-    "evaluation": (("checkpoint",), ["evaluation_stored_and_valid"], True),
-    "round_summary": (("evaluation",), [], False),
-}  # fmt: skip
-"""Upstream steps are the direct ones up to order: a step's other inputs come before it anyway (checkpoint reads
-the rollouts' steps too, after the advantages)."""
+def hollow_job(data_root: str):
+    """The round job's graph as Dagster sees it, with bodies that do nothing: the same assets (the rollouts'
+    two outputs from one step), each with the same dependencies, code version, partitions and pool, and the
+    same blocking checks. Each asset reports a data version, as the round's do; no resource is needed."""
+    import dagster as dg
+
+    from pipelines.definitions import ROUND_JOB, make_definitions
+
+    real = make_definitions(data_root)
+    in_round = real.resolve_job_def(ROUND_JOB).asset_layer.asset_graph
+    assets = [
+        _hollow_asset(d)
+        for d in real.assets
+        if any(key in in_round.materializable_asset_keys for key in d.keys)
+    ]
+    checks = [_hollow_check(spec, d.partitions_def)
+              for d in real.asset_checks for spec in d.check_specs if spec.key in in_round.asset_check_keys]  # fmt: skip
+    job = dg.define_asset_job("hollow_round", selection="*")
+    return dg.Definitions(assets=assets, asset_checks=checks, jobs=[job]).resolve_job_def("hollow_round")
+
+
+def _hollow_asset(real):
+    import dagster as dg
+
+    specs = list(real.specs)
+
+    @dg.multi_asset(name=real.op.name, specs=specs, pool=real.op.pool)
+    def hollow():
+        for spec in specs:
+            yield dg.MaterializeResult(
+                asset_key=spec.key, data_version=dg.DataVersion("0" * 12), metadata={"rows": 0}
+            )
+
+    return hollow
+
+
+def _hollow_check(spec, partitions):
+    import dagster as dg
+
+    @dg.asset_check(asset=spec.asset_key, name=spec.name, blocking=spec.blocking, partitions_def=partitions)
+    def hollow():
+        return dg.AssetCheckResult(passed=True)
+
+    return hollow
 
 
 def hollow_rounds(root: Path, rounds: int) -> list[float]:
-    """Wall seconds (from the event log) of `rounds` runs of a do-nothing job of the round job's shape."""
-    import dagster as dg
-
+    """Wall seconds (from the event log) of `rounds` runs of the hollow round job (`hollow_job`)."""
+    from assets.partitions import ROUNDS
     from pipelines.instance import get_instance
 
-    partitions = dg.DynamicPartitionsDefinition(name="hollow_rounds")
-    assets, checks = [], []
-    for name, (upstream, names, gpu) in ROUND_SHAPE.items():
-        hollow = dg.asset(name=name, deps=list(upstream), partitions_def=partitions,
-                          pool="gpu" if gpu else None)  # fmt: skip
-        assets.append(hollow(lambda: dg.MaterializeResult(metadata={"rows": 0})))
-        for check in names:
-            hollow = dg.asset_check(asset=name, name=check, blocking=True, partitions_def=partitions)
-            checks.append(hollow(lambda: dg.AssetCheckResult(passed=True)))
-    everything = dg.define_asset_job("hollow_round", selection="*")
-    job = dg.Definitions(assets=assets, asset_checks=checks, jobs=[everything]).resolve_job_def(
-        "hollow_round"
-    )
+    job = hollow_job(str(root))
     instance = get_instance(str(root))
     walls = []
     for round_ in range(1, rounds + 1):
         key = f"hollow.r{round_:03d}"
-        instance.add_dynamic_partitions(partitions.name, [key])
+        instance.add_dynamic_partitions(ROUNDS.name, [key])
         quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
         result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet)
         walls.append(dagster_round(instance, result.run_id)[0])
@@ -229,7 +251,7 @@ def main() -> None:
     for side, values in shares.items():
         print(f"{side}: overhead share: {100 * statistics.mean(values):.0f} % (rounds 2..{args.rounds}, "
               f"median {100 * statistics.median(values):.0f} %; data root {sides[side]})")  # fmt: skip
-    print(f"Dagster's own floor: a hollow round of the same shape takes {statistics.median(floor):.2f} s (median of "
+    print(f"Dagster's own floor: a hollow round of the same graph takes {statistics.median(floor):.2f} s (median of "
           f"{len(floor)}), {100 * statistics.median(floor) / statistics.median(walls):.0f} % of this code's median "
           f"round ({statistics.median(walls):.2f} s)")  # fmt: skip
     hollow = statistics.mean(floor)
