@@ -39,10 +39,21 @@ def small_config(tmp_path: Path, **replacements: str) -> Path:
     return path
 
 
+def share_torch_compile_cache(temporary: Path) -> None:
+    """Torch's compile cache (its precompiled headers at least, which follow the temporary folder whatever
+    TORCHINDUCTOR_CACHE_DIR says) as the other tests have it, under `temporary` too: not built again (~7 s)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    shared = Path(default_cache_dir())
+    shared.mkdir(parents=True, exist_ok=True)
+    (temporary / shared.name).symlink_to(shared, target_is_directory=True)
+
+
 def test_two_rounds_on_the_vllm_engine_land_with_lineage_and_verify_clean(tmp_path):
     data = tmp_path / "data"
     # a temporary folder of the run's own, with a short path (a socket's may have at most 107 characters)
     with tempfile.TemporaryDirectory() as temporary:
+        share_torch_compile_cache(Path(temporary))
         run = creditline(data, "run", "--config", str(small_config(tmp_path)), subprocess=True,
                          env={"TMPDIR": temporary})  # fmt: skip
         # vLLM's IPC sockets went to a folder of the run's process, removed as it ended (before: 7 socket files
