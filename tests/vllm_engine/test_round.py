@@ -41,7 +41,7 @@ def small_config(tmp_path: Path, **replacements: str) -> Path:
 
 def share_torch_compile_cache(temporary: Path) -> None:
     """Torch's compile cache (its precompiled headers at least, which follow the temporary folder whatever
-    TORCHINDUCTOR_CACHE_DIR says) as the other tests have it, under `temporary` too: not built again (~7 s)."""
+    TORCHINDUCTOR_CACHE_DIR says) as the other tests have it, under `temporary` too: not built again (~5 s)."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     shared = Path(default_cache_dir())
