@@ -153,7 +153,8 @@ def _hollow_check(spec, partitions):
 
 
 def hollow_rounds(root: Path, rounds: int) -> list[float]:
-    """Wall seconds (from the event log) of `rounds` runs of the hollow round job (`hollow_job`)."""
+    """Wall seconds (from the event log) of `rounds` runs of the hollow round job (`hollow_job`), at the
+    collector's pace of the rounds (`rounds_pace`)."""
     from assets.partitions import ROUNDS
     from pipelines.instance import get_instance
 
@@ -164,7 +165,8 @@ def hollow_rounds(root: Path, rounds: int) -> list[float]:
         key = f"hollow.r{round_:03d}"
         instance.add_dynamic_partitions(ROUNDS.name, [key])
         quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-        result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet)
+        with rounds_pace():  # the collector's pace the rounds run at (`execute_partition`)
+            result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet)
         walls.append(dagster_round(instance, result.run_id)[0])
     return walls[1:]  # the first run pays the instance's storage set-up
 

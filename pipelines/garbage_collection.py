@@ -7,18 +7,18 @@ process holds, after 10 of the middle ones once the objects promoted since the l
 quarter of those already there.
 
 A process that runs rounds in-process (`creditline run`, `creditline rescore`) holds ~750,000 such objects
-before its first round ends (Dagster, SQLAlchemy, MLflow, pandas, torch, transformers), and a round of the
-default experiment allocates enough to pass that test about every second round. Each full pass walks all
-of them: ~0.4 s. Measured with `gc.callbacks` around rounds 2–5 of `creditline run` (default experiment,
-AMD EPYC, 2026-11-28), the collector took ~270 ms a round at Python's thresholds (700, 10, 10): ~210 ms of
-it in full passes, 37 ms in 206 youngest-generation passes, 24 ms in 19 middle ones.
+(750,542 after five rounds of the default experiment: Dagster, SQLAlchemy, MLflow, pandas, torch,
+transformers), and a round of the default experiment allocates enough to pass that test about every second
+round. Each full pass walks all of them: ~0.4 s. Measured with `gc.callbacks` around rounds 2–5 of `creditline
+run` (default experiment, AMD EPYC, 2026-11-28), the collector took ~270 ms a round at Python's thresholds
+(700, 10, 10): ~210 ms of it in full passes, 37 ms in 206 youngest-generation passes, 24 ms in 19 middle ones.
 
 At a youngest threshold of 10,000 the middle and oldest passes come 14 times less often. In two runs of the
 same rounds: 50 ms a round with no full pass, and 180 ms with one (in round 2, which round 1's new objects
 tipped over): a round 68 ms in 12.5 youngest passes and 14 ms in 1.25 middle ones, and the full pass 393 ms.
 From then on a full pass can come at most every ~8 rounds of this size. What reference counting frees is
-freed at once as before; cyclic garbage waits longer, up to the next pass over the generation it reached (two
-tiny rounds left ~190,000 unreachable objects, none of them tensors or modules). Peak memory was not measured.
+freed at once as before; cyclic garbage waits longer, up to the next pass over the generation it reached.
+What that does to peak memory was not measured.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ def overhead():
 
 
 def test_the_hollow_round_has_the_round_jobs_graph(overhead, tmp_path):
-    """The same steps, each materialising the same assets from the same parents at the same code version, in
-    the same pool, and the same blocking checks."""
+    """The same steps, each materialising the same assets from the same parents at the same code version and
+    partitions, in the same pool, and the same blocking checks on the same partitions."""
     from pipelines.definitions import ROUND_JOB, make_definitions
 
     real = make_definitions(str(tmp_path)).resolve_job_def(ROUND_JOB)
@@ -33,16 +33,18 @@ def test_the_hollow_round_has_the_round_jobs_graph(overhead, tmp_path):
 
 def _shape(job) -> tuple:
     graph = job.asset_layer.asset_graph
-    assets = {  # asset: (its step, its parents, its code version)
+    assets = {  # asset: (its step, its parents, its code version, its partitions)
         key: (
             graph.get(key).assets_def.node_def.name,
             sorted(graph.get(key).parent_keys),
             graph.get(key).code_version,
+            graph.get(key).partitions_def,
         )
         for key in graph.materializable_asset_keys
     }
     steps = {node.name: getattr(node.definition, "pool", None) for node in job.graph.nodes}
-    checks = {key: graph.get_check_spec(key).blocking for key in graph.asset_check_keys}
+    checks = {key: (graph.get_check_spec(key).blocking, graph.get_check_spec(key).partitions_def)
+              for key in graph.asset_check_keys}  # fmt: skip
     return assets, steps, checks
 
 
