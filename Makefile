@@ -151,7 +151,7 @@ test: servers
 # 2026-11-28). The second's report follows the first's; either failing fails.
 FAST_CORE := tests/core tests/test_schema_text.py tests/test_types.py
 FAST_REST := tests/advantages tests/store tests/test_schemas.py tests/test_import_contract.py \
-	tests/test_import_graph.py tests/test_error_classes.py tests/test_test_report.py
+	tests/test_import_graph.py tests/test_error_classes.py tests/test_test_report.py tests/test_process_cpu.py
 FAST_PYTEST = $(BIN)/python -m pytest -q --durations=5 -p no:cacheprovider -m "not slow"
 test-fast: servers
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test
