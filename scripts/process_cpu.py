@@ -7,8 +7,8 @@ command (whatever its parent), its CPU (user + system, all threads) as last seen
 kind of process, largest first, beside the wall time and the capacity of the machine's cores.
 
 A process's kind is its program and what it runs: `python -m MODULE`, `python SCRIPT`, `python -c` (the code's
-first characters), or the program's name; for a process that renamed itself (vLLM's engine core and workers
-set their title), its `comm`. A process that lived less than one interval may be missed, and one that started
+first characters), or the program's name; for a process that renames itself after it started (vLLM's engine
+core and workers set their title), its new name in brackets. A process that lived less than one interval may be missed, and one that started
 meanwhile outside the command (a shell of yours) is counted: run it on an otherwise quiet machine.
 
     .venv/bin/python scripts/process_cpu.py [--interval 1] [--top 30] -- make test
@@ -35,7 +35,9 @@ PYTHON_FLAGS = ("-u", "-B", "-E", "-s", "-S", "-I", "-O", "-q")
 @dataclass
 class Seen:
     kind: str
-    cpu_s: float
+    comm: str
+    """The process's name when first seen: if it changes, the process retitled itself."""
+    cpu_s: float = 0.0
     """User + system seconds, all threads, at the last reading."""
 
 
@@ -68,13 +70,20 @@ def process_kind(argv: list[str], comm: str) -> str:
     return program
 
 
-def kind_of(pid: str) -> str:
+def comm_of(pid: str) -> str:
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "?"
-    return process_kind([a.decode(errors="replace") for a in argv if a], comm)
+
+
+def first_sight(pid: str) -> Seen:
+    comm = comm_of(pid)
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return Seen("?", comm)
+    return Seen(process_kind([a.decode(errors="replace") for a in argv if a], comm), comm)
 
 
 def sample(since_ticks: int, seen: dict[tuple[str, int], Seen]) -> None:
@@ -87,7 +96,9 @@ def sample(since_ticks: int, seen: dict[tuple[str, int], Seen]) -> None:
             continue
         key = (pid, stat[0])
         if key not in seen:
-            seen[key] = Seen(kind_of(pid), 0.0)
+            seen[key] = first_sight(pid)
+        elif (comm := comm_of(pid)) not in (seen[key].comm, "?"):  # retitled (vLLM's engine processes)
+            seen[key].kind, seen[key].comm = f"[{comm}]", comm
         seen[key].cpu_s = stat[1]
 
 
@@ -119,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command: process_cpu.py [options] -- COMMAND ...")
-    since, started = boot_ticks_now(), time.monotonic()
+    since, started, before = boot_ticks_now(), time.monotonic(), os.times()
     seen: dict[tuple[str, int], Seen] = {}
     child = subprocess.Popen(command)
     while child.poll() is None:
@@ -127,12 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.interval)
     sample(since, seen)  # the leftovers still running at the end
     wall = time.monotonic() - started
-    waited = os.times()
+    after = os.times()
+    waited = after.children_user + after.children_system - before.children_user - before.children_system
     total = sum(p.cpu_s for p in seen.values())
     print("\n".join(table(seen, args.top)))
     print(f"{total:.0f} s of CPU in {len(seen)} processes seen, {wall:.0f} s of wall time on {os.cpu_count()} "
           f"cores ({wall * (os.cpu_count() or 1):.0f} core-seconds); the processes waited for: "
-          f"{waited.children_user + waited.children_system:.0f} s; exit {child.returncode}")  # fmt: skip
+          f"{waited:.0f} s; exit {child.returncode}")  # fmt: skip
     return child.returncode
 
 
