@@ -49,16 +49,25 @@ def start_ticks(pid: int) -> int | None:
         except PermissionError:
             pass
         return 0
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in (
+        "Z",
+        "X",
+    ):  # zombie or dead: exited, waiting to be reaped by its parent
+        return None
+    return int(fields[19])
+
+
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name: index 0 is field 3 of proc(5) (the state), so
+    field N is index N - 3 (utime 14 → 11, stime 15 → 12, starttime 22 → 19); None when no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode(errors="replace")
     except (FileNotFoundError, ProcessLookupError):
         return None
     # the command name (field 2) is in parentheses and may contain spaces: split after the last ")"
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):  # zombie or dead: exited, waiting to be reaped by its parent
-        return None
-    return int(fields[19])
+    return stat.rsplit(")", 1)[1].split()
 
 
 def boot_time() -> float | None:

@@ -8,10 +8,11 @@ kind of process, largest first, beside the wall time and the capacity of the mac
 
 A process's kind is its program and what it runs: `python -m MODULE`, `python SCRIPT`, `python -c` (the code's
 first characters), or the program's name; for a process that renames itself after it started (vLLM's engine
-core and workers set their title), its new name in brackets. A process that lived less than one interval may be missed, and one that started
-meanwhile outside the command (a shell of yours) is counted: run it on an otherwise quiet machine.
+core and workers set their title), its new name in brackets. A process that lived less than one interval may
+be missed, and one that started meanwhile outside the command (a shell of yours) is counted: run it on an
+otherwise quiet machine. It needs no venv (the system's python3 runs it before `make test` builds them).
 
-    .venv/bin/python scripts/process_cpu.py [--interval 1] [--top 30] -- make test
+    python3 scripts/process_cpu.py [--interval 1] [--top 30] -- make test
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # the repository, whose liveness module is stdlib only
+from creditline.liveness import stat_fields  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 """Clock ticks a second: the unit of `/proc/PID/stat`'s times."""
@@ -42,13 +48,10 @@ class Seen:
 
 
 def read_stat(pid: str) -> tuple[int, float] | None:
-    """(start time in ticks since boot, CPU seconds) of a process; None if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    # after the command's closing parenthesis: state is field 3 of stat(5), so utime (14) is index 11
-    return int(fields[19]), (int(fields[11]) + int(fields[12])) / TICKS
+    """(start time in ticks since boot, CPU seconds) of a process, a zombie's final ones included; None if it
+    is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None else (int(fields[19]), (int(fields[11]) + int(fields[12])) / TICKS)
 
 
 def process_kind(argv: list[str], comm: str) -> str:
