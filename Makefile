@@ -8,7 +8,7 @@
 #   make bench-learning  the learning table: every estimator, 5 seeds, 4 tasks (hours; runs are kept)
 #   make bench-overhead  a Dagster round vs the same round's core work: the per-round overhead share
 #   make bench-trainer   one training step at vocabulary 151,936: chunked vs full-vocabulary log-probs
-#   make bench-rollout   the torch engine against vLLM on the same model and prompts: tokens/s of each
+#   make bench-rollout   the torch engine against vLLM on the same model and prompts: tokens/s of each, and vLLM started in-process and apart
 #   make bench-startup   the start of --help, report and lineage beside `python -c pass` (best of 3 wall times)
 #   make bench-catalog   one lineage transaction: the file attached to the process's DuckDB vs an instance of its own
 #   make lint   ruff check + format check
