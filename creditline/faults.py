@@ -3,7 +3,8 @@
 The fault tests (tests/faults/) run `creditline run` with `CREDITLINE_FAULT=<name>:<n>` and the
 process SIGKILLs itself the n-th time it reaches the failpoint `<name>` (default n = 1): no cleanup,
 no `finally`, exactly like an OOM kill or a pre-empted node. `CREDITLINE_FAULT_SIGNAL=TERM` (or INT)
-sends that signal instead: a polite stop that lands at a known place. `CREDITLINE_FAULT_ONCE=<file>`
+sends that signal instead: a polite stop that lands at a known place; `STOP` pauses the process there, with no
+other thread of it holding the lineage catalog. `CREDITLINE_FAULT_ONCE=<file>`
 makes the failpoint fire in one process only, across all that reach it (a Dagster run worker and the worker
 of its retry): the first creates `<file>` and writes its `creditline.liveness.ProcessId` in it before it
 is signalled, and any process that finds the file exists passes. Without the variables a failpoint is a
@@ -49,7 +50,20 @@ def failpoint(name: str) -> None:
         return
     _hits[name] += 1
     if _hits[name] == _TARGET[1] and _first_to_fire():
-        os.kill(os.getpid(), _SIGNAL)
+        if _SIGNAL == signal.SIGSTOP:
+            _stop()
+        else:
+            os.kill(os.getpid(), _SIGNAL)
+
+
+def _stop() -> None:
+    """SIGSTOP this process while this thread holds the process's turn on the lineage catalog, so that no
+    other thread of it (the experiment lease's heartbeat) has the catalog's file attached, and locked, while
+    it is stopped: the stop lands at the failpoint, not at whatever another thread was doing."""
+    from creditline.store.connection import CATALOG_TURN
+
+    with CATALOG_TURN:
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _first_to_fire() -> bool:

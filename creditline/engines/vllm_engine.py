@@ -16,11 +16,14 @@ vLLM's CPU path misses). Each row of a call gets its own seed, derived from the 
 Where the engine core runs (`VLLMSettings.in_process`): vLLM's default is processes of its own, an engine-core
 process and, on a CPU, a worker process, each importing vLLM and torch, and each polling its queues while the
 engine waits (a second of `sched_yield` after every batch). On a CPU with one tensor-parallel rank the engine
-core runs in this process instead: it starts in ~10 s on ~14 s of CPU against ~26 s on ~36 s, and a two-round
-`creditline run` on vLLM costs half the CPU (docs/models.md). On a GPU it keeps vLLM's default, whose engine
-core schedules while the GPU computes. An engine in this process must be the process's only engine, so
-`shared` closes the others before it starts one of another architecture or settings (and closes it before
-starting another).
+core runs in this process instead: in a process that has imported vLLM an engine starts in ~5 s on ~5 s of CPU
+against ~16 s on ~17 s (`make bench-rollout`), and a two-round `creditline run` on vLLM costs half the CPU
+(docs/models.md). On a GPU it keeps vLLM's default, whose engine core schedules while the GPU computes. An
+engine in this process must be the process's only engine, so `shared` closes the others before it starts one
+of another architecture or settings (and closes it before starting another). Building one changes the
+process's torch and random state; what is not the engine's is put back (`_process_state_kept`). While it runs,
+the process holds vLLM's one-rank torch.distributed group (a trainer in the process sees world size 1) and its
+objects of that moment are frozen out of Python's collector (`gc.freeze`); closing it undoes both.
 
 The platforms differ in what they offer, and the engine follows the platform vLLM detects:
 - CUDA: training runs on the same GPU, so `release_all` puts every engine to sleep (level 2: weights and
@@ -38,13 +41,14 @@ vLLM is imported lazily: nothing on the torch path needs it installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing.util
 import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -92,7 +96,12 @@ class VLLMSettings:
         if self.in_process is not None:
             return self.in_process
         if (flag := os.environ.get(MULTIPROCESSING_ENV, "").strip()) != "":
-            return flag == "0"  # vLLM reads it as bool(int(flag))
+            try:
+                return int(flag) == 0  # vLLM reads it as bool(int(flag))
+            except ValueError:
+                raise ValueError(
+                    f"{MULTIPROCESSING_ENV}={flag!r}: must be 0 or 1, as vLLM reads it"
+                ) from None
         return self.on_cpu and self.tensor_parallel_size == 1
 
     def resolved_dtype(self, folder: str | Path) -> str:
@@ -164,6 +173,30 @@ def _remove_folder(folder: str, made_by: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _process_state_kept() -> Iterator[None]:
+    """Keep what building an engine in this process changes that is not the engine's: vLLM's CPU worker
+    replaces `torch.set_num_threads` with a no-op for the rest of the process, and seeds the global random
+    generators (Python's, NumPy's, torch's) with the engine's seed. Both are put back."""
+    import random
+
+    import numpy as np
+    import torch
+
+    set_num_threads = torch.set_num_threads
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
 def import_vllm():
     """The `vllm` module, or a RuntimeError whose one line names the extra to install. vLLM logs to stdout
     unless told otherwise; its logs go to stderr here (and in its engine processes), where a command's stdout
@@ -182,6 +215,9 @@ class VLLMEngine:
     _shared: ClassVar[dict[tuple[str, str, VLLMSettings], VLLMEngine]] = {}
     _running: ClassVar[weakref.WeakSet[VLLMEngine]] = weakref.WeakSet()
     """This process's engines not yet closed, shared or not."""
+    folder: str
+    in_process: bool
+    """Whether its engine core runs in this process (`VLLMSettings.runs_in_process`)."""
 
     def __init__(self, folder: str | Path, settings: VLLMSettings = VLLMSettings()):
         """Start an engine on `folder`. One whose engine core runs in this process (`settings.in_process`)
@@ -189,13 +225,7 @@ class VLLMEngine:
         runs and tears the process's distributed state down when it closes. So it is refused beside a running
         engine, and any engine beside it, before anything starts."""
         in_process = settings.runs_in_process
-        if running := [e for e in self._running if in_process or e.in_process]:
-            where = "in this process" if in_process else "in its own processes"
-            raise RuntimeError(
-                f"cannot start a vLLM engine {where} for {folder}: {len(running)} engine(s) already run here "
-                f"({', '.join(sorted(e.folder for e in running))}), and one whose engine core runs in this "
-                "process must be its only one; close them first, or start every engine with in_process=False"
-            )
+        self._refuse_beside_running(folder, in_process)
         vllm = import_vllm()
         from vllm.inputs import TokensPrompt
         from vllm.platforms import current_platform
@@ -206,21 +236,35 @@ class VLLMEngine:
         self.settings = settings
         self.in_process = in_process
         self.can_sleep = current_platform.is_sleep_mode_available() and not settings.on_cpu
-        given = os.environ.get(MULTIPROCESSING_ENV)
-        os.environ[MULTIPROCESSING_ENV] = "0" if in_process else "1"  # read while the engine is built
-        try:
-            self.llm = vllm.LLM(**settings.engine_arguments(folder))
-        finally:  # the process's own setting back, for its children and later engines
-            if given is None:
-                del os.environ[MULTIPROCESSING_ENV]
-            else:
-                os.environ[MULTIPROCESSING_ENV] = given
+        with _process_state_kept():
+            given = os.environ.get(MULTIPROCESSING_ENV)
+            os.environ[MULTIPROCESSING_ENV] = "0" if in_process else "1"  # read while the engine is built
+            try:
+                self.llm = vllm.LLM(**settings.engine_arguments(folder))
+            finally:  # the process's own setting back, for its children and later engines
+                if given is None:
+                    del os.environ[MULTIPROCESSING_ENV]
+                else:
+                    os.environ[MULTIPROCESSING_ENV] = given
         self.folder = str(folder)
         self._running.add(self)
         self.content_hash: str | None = None
         """The recorded hash of the weights loaded, when the caller gave it."""
         self.asleep = False
         self.eos_token_id = self.llm.get_tokenizer().eos_token_id
+
+    @classmethod
+    def _refuse_beside_running(cls, folder: str | Path, in_process: bool, ignoring=()) -> None:
+        """Raise, before anything starts, if an engine for `folder` (in this process or not) cannot run
+        beside this process's running engines, less those in `ignoring`."""
+        running = [e for e in cls._running if (in_process or e.in_process) and e not in ignoring]
+        if running:
+            where = "in this process" if in_process else "in its own processes"
+            raise RuntimeError(
+                f"cannot start a vLLM engine {where} for {folder}: {len(running)} engine(s) already run here "
+                f"({', '.join(sorted(e.folder for e in running))}), and one whose engine core runs in this "
+                "process must be its only one; close them first, or start every engine with in_process=False"
+            )
 
     @property
     def context_length(self) -> int:
@@ -237,9 +281,13 @@ class VLLMEngine:
         key = (_architecture(folder), settings.resolved_dtype(folder), settings)
         engine = cls._shared.get(key)
         if engine is None:
-            if settings.runs_in_process or any(e.in_process for e in cls._running):
-                for other in list(cls._shared.values()):  # one engine in this process: the other goes
-                    other.close()
+            in_process = settings.runs_in_process
+            if in_process or any(
+                e.in_process for e in cls._running
+            ):  # one engine in this process: the rest go
+                cls._refuse_beside_running(folder, in_process, ignoring=list(cls._shared.values()))
+                while cls._shared:
+                    cls._shared.popitem()[1].close()
             engine = cls._shared[key] = cls(folder, settings)
             engine.content_hash = content_hash
         else:
@@ -249,6 +297,8 @@ class VLLMEngine:
     def load(self, folder: str | Path, content_hash: str | None = None, force: bool = False) -> None:
         """Wake up with the weights of `folder` (a checkpoint of the same architecture); without `force`, a
         no-op when awake with this folder recorded as this `content_hash`."""
+        if self.llm is None:
+            raise RuntimeError(f"VLLMEngine.load after close ({self.folder}): start another engine")
         if not force and (str(folder), content_hash) == (self.folder, self.content_hash) and not self.asleep:
             return
         if self.asleep:
@@ -263,7 +313,7 @@ class VLLMEngine:
     def release(self) -> None:
         """Free the GPU memory of weights and KV cache (level-2 sleep) until the next `load`. On a platform
         without sleep mode (the CPU) nothing is freed: the engine keeps its weights and fixed KV cache."""
-        if self.can_sleep and not self.asleep:
+        if self.can_sleep and not self.asleep and self.llm is not None:
             self.llm.sleep(level=2)
             self.asleep = True
 
@@ -280,9 +330,22 @@ class VLLMEngine:
             if engine is self:
                 del self._shared[key]
         self._running.discard(self)
+        if self.llm is None:
+            return
         self.llm.llm_engine.engine_core.shutdown()
+        self.llm = None  # in this process, its weights and KV cache are this object's: they go with it
+        if self.in_process:
+            import gc
+
+            import torch
+
+            gc.collect()  # vLLM's engine core holds itself in a cycle (its step function)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        if self.llm is None:
+            raise RuntimeError(f"VLLMEngine.generate after close ({self.folder}): start another engine")
         if self.asleep:
             raise RuntimeError("VLLMEngine.generate while released: call load(folder) first")
         # vLLM seeds each request's own generator: one seed for the batch would give identical prompts (a

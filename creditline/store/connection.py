@@ -91,7 +91,7 @@ def open_catalog(target: str) -> Iterator[duckdb.DuckDBPyConnection]:
             con.execute("USE lineage")
             yield con
         return
-    with _THREADS, _attach_file(target) as alias:
+    with CATALOG_TURN, _attach_file(target) as alias:
         with _host(os.getpid()).cursor() as con:
             con.execute(f"USE {alias}")
             yield con
@@ -115,7 +115,7 @@ _ALIASES = itertools.count(1)
 def _attach_file(target: str) -> Iterator[str]:
     """The alias `target` is attached under in `_host` for the block: attached by the outermost block on it
     (which takes the file's lock, or fails as `duckdb.connect` would) and detached when that block ends (which
-    checkpoints its write-ahead log and releases the lock). The caller holds `_THREADS`.
+    checkpoints its write-ahead log and releases the lock). The caller holds `CATALOG_TURN`.
 
     An interrupt (Ctrl-C, SIGTERM) can land while DuckDB attaches or detaches, after or before the call took
     effect: the entry is left at (alias, 0) and the next open asks DuckDB whether the alias is attached,
@@ -230,13 +230,13 @@ def run_transaction(path: str, work: Callable[[duckdb.DuckDBPyConnection], T], p
     return _with_retry(path, lambda: _attempt(path, work), policy)
 
 
-_THREADS = threading.RLock()
+CATALOG_TURN = threading.RLock()
 """Threads of one process take turns: two threads attaching one file at the same instant make DuckDB fail
 ("Unique file handle conflict"), e.g. the experiment lease's heartbeat beside an asset's write."""
 
 
 def _attempt(path: str, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-    with _THREADS, open_catalog(path) as con:
+    with CATALOG_TURN, open_catalog(path) as con:
         return run_in_transaction(con, work)
 
 
@@ -259,7 +259,7 @@ def held_connection(path: str, policy: RetryPolicy) -> Iterator[duckdb.DuckDBPyC
     The file stays locked against other processes for the burst, so a burst must be short: a stage's
     lineage reads, or its records, never the work between them. This thread holds the process's turn.
     """
-    with _THREADS, contextlib.ExitStack() as stack:
+    with CATALOG_TURN, contextlib.ExitStack() as stack:
         con = _with_retry(path, lambda: stack.enter_context(open_catalog(path)), policy)
         _HELD.paths = [*getattr(_HELD, "paths", []), path]
         try:

@@ -23,6 +23,7 @@ CPU, GPU = VLLMSettings(device="cpu"), VLLMSettings(device="cuda")
         (CPU, " 1 ", False),
         (GPU, "0", True),
         (CPU, "", True),  # set but empty: as unset
+        (CPU, "00", True),  # as vLLM reads it: bool(int("00")) is False
         (VLLMSettings(device="cpu", in_process=False), None, False),
         (VLLMSettings(device="cuda", in_process=True), "1", True),
         (VLLMSettings(device="cpu", in_process=False), "0", False),
@@ -36,5 +37,7 @@ def test_where_the_engine_core_runs(monkeypatch, settings, env, expected):
     assert settings.runs_in_process is expected
 
 
-def test_where_it_runs_is_part_of_the_shared_engines_key():
-    assert VLLMSettings(device="cpu", in_process=True) != VLLMSettings(device="cpu", in_process=False)
+def test_a_switch_vllm_cannot_read_is_one_line(monkeypatch):
+    monkeypatch.setenv(MULTIPROCESSING_ENV, "false")
+    with pytest.raises(ValueError, match=r"^VLLM_ENABLE_V1_MULTIPROCESSING='false': must be 0 or 1"):
+        assert VLLMSettings(device="cpu").runs_in_process is None  # not reached

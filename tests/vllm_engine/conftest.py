@@ -10,7 +10,7 @@ module's commands start; on a CPU nothing is freed) and the next `load` wakes th
 
 These engines run vLLM's engine core in processes of its own (`in_process=False`; vLLM's default, and
 creditline's on a GPU), because this process holds several at once. An engine core in the caller's process
-(creditline's default on a CPU: ~10 s and ~14 s of CPU to start, against ~26 s and ~36 s) must be its process's
+(creditline's default on a CPU: ~5 s and ~5 s of CPU to start, against ~16 s and ~17 s, once vLLM is imported) must be its process's
 only engine: it freezes vLLM's environment variables for the whole process (`enable_envs_cache`), and closing
 it tears down the process's parallel state (`cleanup_dist_env_and_memory`). test_in_process.py runs one in a
 process of its own, and the commands test_round.py and test_verifiers.py start run theirs so.

@@ -2,9 +2,12 @@
 with one tensor-parallel rank), in a process of their own as `creditline serve` and a round's step hold
 theirs (`in_process_engine.py`; the commands test_round.py and test_verifiers.py start run theirs so too):
 - one samples what the trainer scores as it did, to the tolerance of test_engine.py's engines, and starts no
-  process of vLLM's;
-- asked for an engine of another key (the same checkpoint in float16), `VLLMEngine.shared` closes it before
-  it starts the new one, which runs (and is what the float32 trainer is to half precision).
+  process of vLLM's; what its build changed in the process that is not the engine's (vLLM's switch in the
+  environment, `torch.set_num_threads`, the global random generator) is as before;
+- asked for an engine of another key (the same checkpoint in float16), `VLLMEngine.shared` closes it, and
+  frees it (vLLM's engine core is collected), before it starts the new one, which runs (and is what the
+  float32 trainer is to half precision); the closed engine refuses to generate; once the last closes, the
+  process holds no torch.distributed group.
 In this pytest process, where engines run in processes of their own, one in this process is refused before
 anything starts; the running engine's IPC sockets are in this process's own folder.
 """
@@ -34,8 +37,9 @@ pytestmark = pytest.mark.slow
 def in_process_run(tmp_path_factory, untied_checkpoints) -> dict:
     """What `in_process_engine.py` saw, run on the untied checkpoint."""
     out = tmp_path_factory.mktemp("in_process") / "seen.json"
+    env = {k: v for k, v in os.environ.items() if k != MULTIPROCESSING_ENV}
     run = subprocess.run([sys.executable, "-m", "tests.vllm_engine.in_process_engine", str(untied_checkpoints[0]),
-                          str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+                          str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -53,6 +57,11 @@ def test_an_engine_in_process_samples_what_the_trainer_scores_and_starts_no_proc
     in_process_run, untied_checkpoints
 ):
     assert not any(name.startswith("VLLM") for name in in_process_run["children_first"])
+    assert in_process_run["process_state_kept"] == {
+        "environment": None,
+        "set_num_threads": True,
+        "random": True,
+    }
     gap = trainer_gap(untied_checkpoints[0], in_process_run["float32_rows"], in_process_run["float32"],
                       SAMPLED.temperature, SAMPLED.top_p)  # fmt: skip
     assert gap.max() < LOGPROB_TOLERANCE, gap.max()
@@ -63,7 +72,10 @@ def test_another_key_closes_it_first_and_a_float16_engine_is_the_float32_trainer
 ):
     """Half precision in vLLM against the float32 trainer (what a GPU's bfloat16 sampler meets, on a CPU that can run
     float16 only): measured over 8 copies of the prompts, medians 1.2e-4 and at most 5.6e-4 at T 1.0."""
-    assert in_process_run["first_closed"]
+    assert (
+        in_process_run["first_closed"] and in_process_run["first_freed"] and in_process_run["closed_refuses"]
+    )
+    assert not in_process_run["distributed_after_close"]
     assert not any(name.startswith("VLLM") for name in in_process_run["children_second"])
     gap = trainer_gap(untied_checkpoints[0], in_process_run["float16_rows"], in_process_run["float16"], 1.0)
     assert gap.median() < 5e-4 and gap.max() < 2e-3, gap
