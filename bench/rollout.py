@@ -41,7 +41,7 @@ from creditline.config import EnvSettings  # noqa: E402
 from creditline.engines import SamplingParams, TorchEngine  # noqa: E402
 from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings, import_vllm  # noqa: E402
 from creditline.ids import derive_seed  # noqa: E402
-from creditline.liveness import stat_fields  # noqa: E402
+from creditline.liveness import descendants, stat_fields  # noqa: E402
 from creditline.policy.chat_policy import ChatPolicyConfig, build_chat_policy, environment_corpus  # noqa: E402
 from creditline.policy.models import load_tokenizer  # noqa: E402
 
@@ -79,16 +79,8 @@ WHERE = {True: "in this process", False: "in processes of its own"}
 def process_tree_cpu() -> float:
     """CPU seconds (user + system) of this process and every living process below it: vLLM's engine
     processes are children and grandchildren (`/proc`; Linux)."""
-    parents: dict[str, str] = {}
-    seconds: dict[str, float] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := stat_fields(entry.name)) is not None:
-            parents[entry.name] = fields[1]
-            seconds[entry.name] = (int(fields[11]) + int(fields[12])) / TICKS
-    tree = {str(os.getpid())}
-    while below := {pid for pid, parent in parents.items() if parent in tree} - tree:
-        tree |= below
-    return sum(seconds[pid] for pid in tree if pid in seconds)
+    tree = {str(os.getpid()): stat_fields(os.getpid()), **descendants(os.getpid())}
+    return sum((int(f[11]) + int(f[12])) / TICKS for f in tree.values() if f is not None)
 
 
 def vllm_rates(engine: VLLMEngine, prompts, params: SamplingParams, args) -> dict[str, tuple[float, int]]:

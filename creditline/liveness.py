@@ -70,6 +70,24 @@ def stat_fields(pid: int | str) -> list[str] | None:
     return stat.rsplit(")", 1)[1].split()
 
 
+def descendants(pid: int | str) -> dict[str, list[str]]:
+    """{pid: `stat_fields`} of every living process below `pid` (children, their children, ...), from one read
+    of /proc; empty without /proc."""
+    seen: dict[str, list[str]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return seen
+    for entry in entries:
+        if entry.isdigit() and (fields := stat_fields(entry)) is not None:
+            seen[entry] = fields
+    tree, below = {str(pid)}, dict[str, list[str]]()
+    while found := {p: f for p, f in seen.items() if f[1] in tree and p not in tree}:  # field 4: the parent
+        tree |= found.keys()
+        below |= found
+    return below
+
+
 def boot_time() -> float | None:
     """When this host booted (epoch seconds, /proc/stat `btime`), or None without /proc."""
     try:

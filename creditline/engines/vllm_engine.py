@@ -282,9 +282,8 @@ class VLLMEngine:
         engine = cls._shared.get(key)
         if engine is None:
             in_process = settings.runs_in_process
-            if in_process or any(
-                e.in_process for e in cls._running
-            ):  # one engine in this process: the rest go
+            # an engine in this process is its only one: the others go
+            if in_process or any(e.in_process for e in cls._running):
                 cls._refuse_beside_running(folder, in_process, ignoring=list(cls._shared.values()))
                 while cls._shared:
                     cls._shared.popitem()[1].close()

@@ -21,21 +21,19 @@ from random import Random
 import torch
 
 from creditline.engines.vllm_engine import MULTIPROCESSING_ENV, VLLMEngine
-from creditline.liveness import stat_fields
+from creditline.liveness import descendants
 from tests.vllm_engine.conftest import SETTINGS
 from tests.vllm_engine.test_engine import FLOAT16_SAMPLED, SAMPLED, prompts
 
 
 def children() -> list[str]:
-    """The names of this process's children (vLLM's engine processes name themselves VLLM::…)."""
+    """The names of the processes below this one (vLLM's engine processes name themselves VLLM::…)."""
     names = []
-    for entry in Path("/proc").iterdir():
-        fields = stat_fields(entry.name) if entry.name.isdigit() else None
-        if fields is not None and fields[1] == str(os.getpid()):  # field 4, the parent
-            try:
-                names.append(Path(f"/proc/{entry.name}/comm").read_text().strip())
-            except OSError:  # ended meanwhile
-                pass
+    for pid in descendants(os.getpid()):
+        try:
+            names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+        except OSError:  # ended meanwhile
+            pass
     return names
 
 
