@@ -1,5 +1,6 @@
 """Code versions come from the static import closure of an asset's module: deep edits count, others do not."""
 
+import ast
 import importlib
 import pkgutil
 from pathlib import Path
@@ -111,3 +112,78 @@ def test_a_rubric_edit_marks_the_scores_stale_and_the_store_does_not_carry_the_r
 def test_an_unknown_module_is_one_clear_error():
     with pytest.raises(ValueError, match="no source file found for module 'creditline.nope'"):
         code_version("creditline.nope")
+
+
+EVERY_BLOCK = """
+import a0
+def f():
+    import a1
+async def g():
+    async with x:
+        import a2
+    async for y in z:
+        import a3
+class C:
+    import a4
+    def m(self):
+        try:
+            import a5
+        except ImportError:
+            import a6
+        else:
+            import a7
+        finally:
+            import a8
+for i in r:
+    pass
+else:
+    import a9
+while w:
+    with v:
+        import a10
+match k:
+    case 1:
+        import a11
+try:
+    pass
+except* ValueError:
+    import a12
+if TYPE_CHECKING:
+    import hidden
+else:
+    import a13
+"""
+
+
+def _every_node_walk(tree):
+    """The reference: every node of the tree visited (expressions too), `if TYPE_CHECKING:` bodies skipped."""
+    from assets.code_version import _is_type_checking
+
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def test_the_statement_walk_finds_what_a_walk_of_every_node_finds():
+    """Imports are statements, so walking statement blocks only finds them all: in every kind of block, and in
+    every source file of the project."""
+    from assets.code_version import _runtime_imports
+
+    def names(tree):
+        return sorted(alias.name for node in _runtime_imports(tree) for alias in node.names)
+
+    assert names(ast.parse(EVERY_BLOCK)) == sorted(f"a{i}" for i in range(14))
+    root = Path(__file__).resolve().parents[2]
+    files = [p for folder in ("creditline", "assets", "pipelines", "resources", "schemas")
+             for p in (root / folder).rglob("*.py")]  # fmt: skip
+    assert len(files) > 100
+    for path in files:
+        tree = ast.parse(path.read_bytes())
+        found = {(n.lineno, n.col_offset) for n in _runtime_imports(tree)}
+        assert found == {(n.lineno, n.col_offset) for n in _every_node_walk(tree)}, path
