@@ -1,9 +1,12 @@
 """Per-round fixed overhead: a Dagster round of the default experiment against the same round's core work.
 
-Runs `creditline run` in this process (the path `make run` takes: Dagster's in-process executor, the DuckDB
-lineage catalog, MLflow, the blocking checks), then replays each round's core work with the stage functions
-the assets call (`creditline.round`: load the parent, generate, score, advantages, train, save the
-checkpoint, evaluate), from the same parent checkpoint, and times it. The Dagster side is read from Dagster's
+Runs `creditline run` in this process, a round at a time (the path `make run` takes: Dagster's in-process
+executor, the DuckDB lineage catalog, MLflow, the blocking checks), and after each round replays its core work
+with the stage functions the assets call (`creditline.round`: load the parent, generate, score, advantages,
+train, save the checkpoint, evaluate), from the same parent checkpoint, and times it. The round, its replay and
+a hollow round (below) run back to back, so that the machine's speed, which drifts over minutes on a shared
+host, is about the same for the three (run one after the other, the five rounds, then the five replays, then
+the hollow rounds, the same code gave 0.53 s to 1.31 s on one afternoon). The Dagster side is read from Dagster's
 event log: a round's wall time runs from its run's first event (Dagster plans the run's materialisations
 before RUN_START) to RUN_SUCCESS, and each step's from STEP_START to
 STEP_SUCCESS. Overhead = Dagster wall − core work; its share of the Dagster wall is the figure.
@@ -12,7 +15,7 @@ Round 1 is left out of the share: it also builds the initial policy, evaluates i
 the process's one-time imports (MLflow alone is ~1.5 s). The replayed checkpoint must hash to the one the
 Dagster round recorded (same seed, same code path); the bench says so, or stops.
 
-The bench also runs a hollow job of the round job's graph (`hollow_job`: built from the definitions, the same
+The bench also runs, beside each measured round, a hollow job of the round job's graph (`hollow_job`: built from the definitions, the same
 steps, assets, dependencies, code versions, blocking checks and gpu pool, on the rounds' dynamic partitions,
 against an instance configured as `make run`'s) whose bodies do nothing: its wall time is what Dagster's own
 run costs here (planning, pool claims, each input's data version looked up, the event log in sqlite), the floor
@@ -152,23 +155,30 @@ def _hollow_check(spec, partitions):
     return hollow
 
 
-def hollow_rounds(root: Path, rounds: int) -> list[float]:
-    """Wall seconds (from the event log) of `rounds` runs of the hollow round job (`hollow_job`), at the
-    collector's pace of the rounds (`rounds_pace`)."""
-    from assets.partitions import ROUNDS
-    from pipelines.instance import get_instance
+class HollowRounds:
+    """Runs of the hollow round job (`hollow_job`) under `root`, one at a time (`next_wall`), at the collector's
+    pace of the rounds (`rounds_pace`). The first run, which pays the instance's storage set-up, is made and
+    left out when it is built."""
 
-    job = hollow_job(str(root))
-    instance = get_instance(str(root))
-    walls = []
-    for round_ in range(1, rounds + 1):
-        key = f"hollow.r{round_:03d}"
-        instance.add_dynamic_partitions(ROUNDS.name, [key])
+    def __init__(self, root: Path):
+        from pipelines.instance import get_instance
+
+        self.job = hollow_job(str(root))
+        self.instance = get_instance(str(root))
+        self.runs = 0
+        self.next_wall()
+
+    def next_wall(self) -> float:
+        """Wall seconds (from the event log) of one more hollow round."""
+        from assets.partitions import ROUNDS
+
+        self.runs += 1
+        key = f"hollow.r{self.runs:03d}"
+        self.instance.add_dynamic_partitions(ROUNDS.name, [key])
         quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
         with rounds_pace():  # the collector's pace the rounds run at (`execute_partition`)
-            result = job.execute_in_process(instance=instance, partition_key=key, run_config=quiet)
-        walls.append(dagster_round(instance, result.run_id)[0])
-    return walls[1:]  # the first run pays the instance's storage set-up
+            result = self.job.execute_in_process(instance=self.instance, partition_key=key, run_config=quiet)
+        return dagster_round(self.instance, result.run_id)[0]
 
 
 def core_round(
@@ -222,20 +232,27 @@ def main() -> None:
 
     from pipelines.cli import main as creditline
 
-    if creditline(["run", "--data-root", str(root), "--rounds", str(args.rounds)]) != 0:
-        raise SystemExit("creditline run failed")
     config = ExperimentConfig()
     shares: dict[str, list[float]] = {side: [] for side in sides}
     overheads: dict[str, list[float]] = {side: [] for side in sides}  # Dagster wall − core work, a round
     walls: list[float] = []  # this code's Dagster rounds
     cores: list[float] = []
-    print(f"\n{'round':>5} {'code':>10} {'dagster s':>9} {'core s':>7} {'overhead s':>10} {'share':>6}   "
-          "where the Dagster run went")  # fmt: skip
-    for round_ in range(2, args.rounds + 1):
+    floor: list[float] = []  # the hollow rounds, one beside each measured round
+    hollow: HollowRounds | None = None
+    table: list[str] = []
+    for round_ in range(1, args.rounds + 1):
+        # each round, its replay and a hollow round run back to back: the machine's speed drifts over minutes
+        if creditline(["run", "--data-root", str(root), "--rounds", str(round_)]) != 0:
+            raise SystemExit("creditline run failed")
+        if round_ == 1:
+            hollow = HollowRounds(root.with_name(root.name + "-hollow"))
+            continue
         recorded = {side: recorded_round(folder, config.name, round_) for side, folder in sides.items()}
         with tempfile.TemporaryDirectory() as scratch, rounds_pace():  # the collector's pace a round runs at
             parent = recorded[THIS][3]
             core, stages, digest = core_round(config, parent, round_, Path(scratch) / "policy")
+        assert hollow is not None
+        floor.append(hollow.next_wall())
         for side, (wall, steps, checkpoint, _) in recorded.items():
             if digest != checkpoint:
                 raise SystemExit(f"round {round_}: the core replay's checkpoint {digest[:12]} is not {side}'s "
@@ -243,12 +260,14 @@ def main() -> None:
             shares[side].append((wall - core) / wall)
             overheads[side].append(wall - core)
             where = ", ".join(f"{k} {v:.2f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
-            print(f"{round_:>5} {side[:10]:>10} {wall:>9.2f} {core:>7.2f} {wall - core:>10.2f} "
-                  f"{shares[side][-1]:>6.1%}   {where}")  # fmt: skip
-        print(f"{'':>48}core: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+            table.append(f"{round_:>5} {side[:10]:>10} {wall:>9.2f} {core:>7.2f} {wall - core:>10.2f} "
+                         f"{shares[side][-1]:>6.1%} {floor[-1]:>7.2f}   {where}")  # fmt: skip
+        table.append(f"{'':>56}core: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
         walls.append(recorded[THIS][0])
         cores.append(core)
-    floor = hollow_rounds(root.with_name(root.name + "-hollow"), args.rounds)
+    print(f"\n{'round':>5} {'code':>10} {'dagster s':>9} {'core s':>7} {'overhead s':>10} {'share':>6} {'hollow':>7}   "
+          "where the Dagster run went")  # fmt: skip
+    print("\n".join(table))
     print(f"\nreplayed checkpoints hash to every side's Dagster rounds ({args.rounds - 1} rounds)")
     for side, values in shares.items():
         print(f"{side}: overhead share: {100 * statistics.mean(values):.0f} % (rounds 2..{args.rounds}, "
@@ -256,12 +275,12 @@ def main() -> None:
     print(f"Dagster's own floor: a hollow round of the same graph takes {statistics.median(floor):.2f} s (median of "
           f"{len(floor)}), {100 * statistics.median(floor) / statistics.median(walls):.0f} % of this code's median "
           f"round ({statistics.median(walls):.2f} s)")  # fmt: skip
-    hollow = statistics.mean(floor)
+    hollow_mean = statistics.mean(floor)
     for side, values in overheads.items():  # ours: what a round costs beyond its work and Dagster's own run
         label = "" if side == THIS else f" ({side})"
-        print(f"own overhead{label}: {statistics.mean(values) - hollow:.2f} s a round (mean of rounds 2..{args.rounds}: "
-              f"Dagster wall {statistics.mean(values) + statistics.mean(cores):.2f} s − core work "
-              f"{statistics.mean(cores):.2f} s − hollow round {hollow:.2f} s)")  # fmt: skip
+        print(f"own overhead{label}: {statistics.mean(values) - hollow_mean:.2f} s a round (mean of rounds "
+              f"2..{args.rounds}: Dagster wall {statistics.mean(values) + statistics.mean(cores):.2f} s − core work "
+              f"{statistics.mean(cores):.2f} s − hollow round {hollow_mean:.2f} s)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -50,5 +50,6 @@ def _shape(job) -> tuple:
 
 def test_hollow_rounds_are_timed_from_the_event_log_without_the_first(overhead, tmp_path, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", "")  # the instance sets it; the value before comes back after
-    walls = overhead.hollow_rounds(tmp_path, 3)
-    assert len(walls) == 2 and all(0 < wall < 30 for wall in walls)
+    hollow = overhead.HollowRounds(tmp_path)
+    walls = [hollow.next_wall(), hollow.next_wall()]
+    assert hollow.runs == 3 and all(0 < wall < 30 for wall in walls)
