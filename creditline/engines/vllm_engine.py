@@ -16,17 +16,14 @@ vLLM's CPU path misses). Each row of a call gets its own seed, derived from the 
 Where the engine core runs (`VLLMSettings.in_process`): vLLM's default is processes of its own, an engine-core
 process and, on a CPU, a worker process, each importing vLLM and torch, and each polling its queues while the
 engine waits (a second of `sched_yield` after every batch). On a CPU with one tensor-parallel rank the engine
-core runs in this process instead, unless `in_process` says otherwise: in a process that has imported vLLM an
-engine starts in ~5 s on ~5 s of CPU (`make bench-rollout`), and a two-round `creditline run` on vLLM costs
-half the CPU (docs/models.md). An engine core that does get a process of its own there runs the model in it,
-as vLLM does on a GPU (`_worker_in_engine_core`: no worker process; ~10 s on ~10 s of CPU to start, against
-~16 s on ~17 s with the worker process). On a GPU it keeps vLLM's default, whose engine core schedules while
-the GPU computes. An engine in this process must be the process's only engine, so `shared` closes the others
-before it starts one of another architecture or settings (and closes it before starting another). Building one
-changes the process's torch and random state; what is not the engine's is put back (`_process_state_kept`).
-While it runs, the process holds vLLM's one-rank torch.distributed group (a trainer in the process sees world
-size 1) and its objects of that moment are frozen out of Python's collector (`gc.freeze`); closing it undoes
-both.
+core runs in this process instead: in a process that has imported vLLM an engine starts in ~5 s on ~5 s of CPU
+against ~16 s on ~17 s (`make bench-rollout`), and a two-round `creditline run` on vLLM costs half the CPU
+(docs/models.md). On a GPU it keeps vLLM's default, whose engine core schedules while the GPU computes. An
+engine in this process must be the process's only engine, so `shared` closes the others before it starts one
+of another architecture or settings (and closes it before starting another). Building one changes the
+process's torch and random state; what is not the engine's is put back (`_process_state_kept`). While it runs,
+the process holds vLLM's one-rank torch.distributed group (a trainer in the process sees world size 1) and its
+objects of that moment are frozen out of Python's collector (`gc.freeze`); closing it undoes both.
 
 The platforms differ in what they offer, and the engine follows the platform vLLM detects:
 - CUDA: training runs on the same GPU, so `release_all` puts every engine to sleep (level 2: weights and
@@ -214,19 +211,6 @@ def import_vllm():
     return vllm
 
 
-def _worker_in_engine_core(settings: VLLMSettings) -> dict:
-    """On a CPU with one tensor-parallel rank, an engine core in a process of its own keeps the model's worker
-    inside it, as vLLM does on a GPU, instead of the worker process vLLM's CPU platform starts (which imports
-    vLLM and torch again and polls its queue after every batch): vLLM's single-process executor, passed as a
-    class because the platform replaces the name "uni" by "mp" whenever the engine core has a process of its
-    own. The engine core in this process runs that executor already."""
-    if not settings.on_cpu or settings.tensor_parallel_size != 1 or settings.runs_in_process:
-        return {}
-    from vllm.v1.executor.uniproc_executor import UniProcExecutor
-
-    return {"distributed_executor_backend": UniProcExecutor}
-
-
 class VLLMEngine:
     _shared: ClassVar[dict[tuple[str, str, VLLMSettings], VLLMEngine]] = {}
     _running: ClassVar[weakref.WeakSet[VLLMEngine]] = weakref.WeakSet()
@@ -256,7 +240,7 @@ class VLLMEngine:
             given = os.environ.get(MULTIPROCESSING_ENV)
             os.environ[MULTIPROCESSING_ENV] = "0" if in_process else "1"  # read while the engine is built
             try:
-                self.llm = vllm.LLM(**settings.engine_arguments(folder), **_worker_in_engine_core(settings))
+                self.llm = vllm.LLM(**settings.engine_arguments(folder))
             finally:  # the process's own setting back, for its children and later engines
                 if given is None:
                     del os.environ[MULTIPROCESSING_ENV]

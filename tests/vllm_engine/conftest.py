@@ -9,8 +9,7 @@ the tied. Each test loads the checkpoint it samples. After each module the share
 module's commands start; on a CPU nothing is freed) and the next `load` wakes them.
 
 These engines run vLLM's engine core in processes of its own (`in_process=False`; vLLM's default, and
-creditline's on a GPU), because this process holds several at once; on a CPU the model runs inside that process
-(no worker process), as on a GPU with one rank. An engine core in the caller's process
+creditline's on a GPU), because this process holds several at once. An engine core in the caller's process
 (creditline's default on a CPU: ~5 s and ~5 s of CPU to start, against ~16 s and ~17 s, once vLLM is imported) must be its process's
 only engine: it freezes vLLM's environment variables for the whole process (`enable_envs_cache`), and closing
 it tears down the process's parallel state (`cleanup_dist_env_and_memory`). test_in_process.py runs one in a
@@ -26,7 +25,6 @@ Each comes as four checkpoints of one architecture with different weights, as fo
 
 from __future__ import annotations
 
-import contextlib
 import signal
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +33,6 @@ import pytest
 import torch
 
 from creditline.engines.vllm_engine import VLLMEngine, VLLMSettings
-from creditline.liveness import descendants
 from creditline.policy.models import TinyPolicyConfig, build_tiny_policy, load_policy, save_policy
 
 # `make test` runs this folder as a background job, which bash starts with SIGINT ignored; the servers these
@@ -45,21 +42,6 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SETTINGS = VLLMSettings(device=DEVICE, gpu_memory_utilization=0.3, in_process=False)
-
-
-def processes_below(pid: int) -> list[tuple[str, str, str]]:
-    """(parent pid, name, command line) of each living process below `pid`, multiprocessing's resource trackers
-    left out. vLLM's engine processes are multiprocessing's spawned children (`spawn_main` in their command
-    line); some rename themselves (`VLLM::EngineCore`; a name keeps 15 characters)."""
-    found = []
-    for child, fields in descendants(pid).items():
-        with contextlib.suppress(OSError):  # ended meanwhile
-            line = Path(f"/proc/{child}/cmdline").read_text().replace("\0", " ")
-            if "multiprocessing.resource_tracker" not in line:
-                found.append((fields[1], Path(f"/proc/{child}/comm").read_text().strip(), line))
-    return found
-
-
 UNTIED = TinyPolicyConfig(hidden_size=128, num_heads=4, intermediate_size=256)
 """Head size 32, the smallest vLLM's CPU attention implements."""
 TIED = ROOT / "tests" / "data" / "verifiers" / "policy"

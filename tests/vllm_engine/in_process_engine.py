@@ -21,13 +21,20 @@ from random import Random
 import torch
 
 from creditline.engines.vllm_engine import MULTIPROCESSING_ENV, VLLMEngine
-from tests.vllm_engine.conftest import SETTINGS, processes_below
+from creditline.liveness import descendants
+from tests.vllm_engine.conftest import SETTINGS
 from tests.vllm_engine.test_engine import FLOAT16_SAMPLED, SAMPLED, prompts
 
 
 def children() -> list[str]:
-    """The names of the processes below this one."""
-    return [name for _, name, _ in processes_below(os.getpid())]
+    """The names of the processes below this one (vLLM's engine processes name themselves VLLM::…)."""
+    names = []
+    for pid in descendants(os.getpid()):
+        try:
+            names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+        except OSError:  # ended meanwhile
+            pass
+    return names
 
 
 def main(untied: str, out: str) -> None:

@@ -7,13 +7,9 @@
   samples as vLLM did), for an LM head of its own and for one tied to the embeddings (vLLM's own CPU reload
   keeps the old tied head; `creditline.engines.vllm_reload` re-packs it); after the last reload the tied
   engine samples exactly what a freshly built engine samples.
-- On a CPU, an engine whose engine core has a process of its own runs the model in that process: no worker
-  process of vLLM's beside it.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
@@ -24,7 +20,7 @@ from creditline.policy.models import load_policy, load_tokenizer
 from creditline.rollout.episodes import encode_prompt
 from creditline.train.trainer import pack, score
 
-from .conftest import DEVICE, SETTINGS, processes_below
+from .conftest import SETTINGS
 
 pytestmark = pytest.mark.slow
 TEXTS = {
@@ -120,13 +116,3 @@ def test_the_shared_engine_is_reloaded_by_folder_and_hash(untied_engine, untied_
     assert untied_engine.asleep == untied_engine.can_sleep == (SETTINGS.device != "cpu")
     VLLMEngine.shared(untied_checkpoints[0], SETTINGS, content_hash="a")
     assert [c.token_ids for c in untied_engine.generate(rows, SAMPLED)] == [c.token_ids for c in before]
-
-
-@pytest.mark.skipif(DEVICE != "cpu", reason="the executor chosen for a CPU with one rank")
-def test_an_engine_in_its_own_process_runs_the_model_there_without_a_worker_process(untied_engine):
-    assert not untied_engine.in_process and untied_engine.generate(
-        prompts("untied", untied_engine.folder), SAMPLED
-    )
-    spawned = [(parent, line) for parent, _, line in processes_below(os.getpid()) if "spawn_main" in line]
-    assert spawned, "no engine core below this process"
-    assert all(parent == str(os.getpid()) for parent, _ in spawned), spawned  # none spawned by an engine core

@@ -84,9 +84,7 @@ def test_a_policy_vllm_cannot_run_here_is_refused_before_anything_is_registered(
     config = small_config(tmp_path, **{'initial_policy = "builtin:chat"': 'initial_policy = "builtin:tiny"'})
     if DEVICE == "cpu":
         config.write_text(config.read_text().replace('device = "cpu"', 'device = "cpu"\ndtype = "bfloat16"'))
-    # in this process: the refusal comes before any engine (a regression that started one would be refused
-    # beside this process's running engines, and fail here too)
-    run = creditline(data, "run", "--config", str(config))
+    run = creditline(data, "run", "--config", str(config), subprocess=True)
     assert run.returncode == 2
     lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     if DEVICE == "cpu":

@@ -12,27 +12,41 @@ of their own: for a tied head, vLLM's CPU reload keeps the old output layer (see
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from engines.test_endpoints_engine import rounds_on_replicas
 
 from creditline.engines import SamplingParams
 from creditline.engines.endpoints import EndpointsEngine
+from creditline.liveness import descendants
 from creditline.store import read_parquet
 from tests.servers import free_port, stop_process
 
-from .conftest import DEVICE, processes_below
+from .conftest import DEVICE
 from .test_engine import prompts
 
 pytestmark = pytest.mark.slow
 MODEL = "policy"
 PARAMS = SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=10, seed=11)
 STARTUP_SECONDS = 300
+
+
+def _engine_processes(pid: int) -> list[str]:
+    """The command lines of the processes below a server but its multiprocessing resource tracker(s)."""
+    lines = []
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            line = Path(f"/proc/{child}/cmdline").read_text().replace("\0", " ")
+            if "multiprocessing.resource_tracker" not in line:
+                lines.append(line)
+    return lines
 
 
 def _healthy(url: str) -> bool:
@@ -77,7 +91,7 @@ def vllm_servers(untied_checkpoints, tmp_path_factory):
                 time.sleep(1)
         if DEVICE == "cpu":  # below each server one process: the engine core, the worker inside it
             for _, process, _ in servers:
-                assert len(engine := processes_below(process.pid)) == 1, engine
+                assert len(engine := _engine_processes(process.pid)) == 1, engine
         yield [url for url, _, _ in servers]
     finally:
         for _, process, _ in servers:
