@@ -25,7 +25,8 @@ work − the hollow round's wall (its parts printed beside it).
 
 `--before REV` also runs the same rounds with the code of git revision REV (checked out in a temporary
 worktree, run in its own process, its own data root) and prints its overhead beside this code's, against the
-same core replay: REV's checkpoints must hash to this code's, so both sides did the same work.
+same core replay: REV's checkpoints must hash to this code's, so both sides did the same work. REV's rounds
+run first, all of them, so the drift above is not taken out of that side's figures.
 
     .venv/bin/python bench/overhead.py [--rounds 5] [--data-root DIR] [--before REV]
 """
@@ -255,6 +256,7 @@ def main() -> None:
         floor.append(hollow.next_wall())
         for side, (wall, steps, checkpoint, _) in recorded.items():
             if digest != checkpoint:
+                print("\n".join(table))  # the rounds measured so far
                 raise SystemExit(f"round {round_}: the core replay's checkpoint {digest[:12]} is not {side}'s "
                                  f"{checkpoint[:12]}: the bench would not measure the same work")  # fmt: skip
             shares[side].append((wall - core) / wall)

