@@ -239,20 +239,18 @@ def main() -> None:
     walls: list[float] = []  # this code's Dagster rounds
     cores: list[float] = []
     floor: list[float] = []  # the hollow rounds, one beside each measured round
-    hollow: HollowRounds | None = None
     table: list[str] = []
-    for round_ in range(1, args.rounds + 1):
+    if creditline(["run", "--data-root", str(root), "--rounds", "1"]) != 0:
+        raise SystemExit("creditline run failed")
+    hollow = HollowRounds(root.with_name(root.name + "-hollow"))
+    for round_ in range(2, args.rounds + 1):
         # each round, its replay and a hollow round run back to back: the machine's speed drifts over minutes
         if creditline(["run", "--data-root", str(root), "--rounds", str(round_)]) != 0:
             raise SystemExit("creditline run failed")
-        if round_ == 1:
-            hollow = HollowRounds(root.with_name(root.name + "-hollow"))
-            continue
         recorded = {side: recorded_round(folder, config.name, round_) for side, folder in sides.items()}
         with tempfile.TemporaryDirectory() as scratch, rounds_pace():  # the collector's pace a round runs at
             parent = recorded[THIS][3]
             core, stages, digest = core_round(config, parent, round_, Path(scratch) / "policy")
-        assert hollow is not None
         floor.append(hollow.next_wall())
         for side, (wall, steps, checkpoint, _) in recorded.items():
             if digest != checkpoint:

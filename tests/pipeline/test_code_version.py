@@ -156,18 +156,13 @@ else:
 
 
 def _every_node_walk(tree):
-    """The reference: every node of the tree visited (expressions too), `if TYPE_CHECKING:` bodies skipped."""
+    """The reference: the imports among all nodes `ast.walk` visits (expressions too), but those under an
+    `if TYPE_CHECKING:` body."""
     from assets.code_version import _is_type_checking
 
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)
-        else:
-            stack.extend(ast.iter_child_nodes(node))
+    hidden = {id(node) for test in ast.walk(tree) if isinstance(test, ast.If) and _is_type_checking(test.test)
+              for statement in test.body for node in ast.walk(statement)}  # fmt: skip
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom) and id(n) not in hidden]
 
 
 def test_the_statement_walk_finds_what_a_walk_of_every_node_finds():
