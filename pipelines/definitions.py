@@ -72,7 +72,7 @@ def step_preload(deployment: Deployment) -> list[str]:
     The definitions alone import none of the rest, so that the CLI and the webserver start fast. A step that
     imported them itself would pay ~7 s of CPU for torch, transformers and MLflow, ~1.2 s for dagster-postgres
     and ~0.7 s for s3fs (AMD EPYC, 2026-11-27), 13 steps a round."""
-    modules = ["pipelines.definitions", "creditline.round", "mlflow"]
+    modules = ["pipelines.definitions", "creditline.round", "mlflow", "pipelines.step_warmup"]
     if deployment.dagster.postgres_url:
         modules.append("dagster_postgres")
     if deployment.storage.uri:

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -79,27 +80,61 @@ def test_the_deployment_chooses_the_executor_and_the_instance_storage():
     assert "default_limit: 4" in server and "storage:" not in dagster_yaml(DagsterSettings())
 
 
+STEP_OPENS = """
+import dagster as dg
+import pandas as pd
+
+from resources.tracker import TrackerResource
+from schemas.tables import STOP_REASONS, EpisodesTable
+from schemas.validate import validate
+
+dg.DagsterInstance.get().dispose()
+TrackerResource(data_root=DATA_ROOT).client().search_experiments(max_results=1)
+row = dict(round=1, episode_id="e", group_id="g", task_id=0, sample_idx=0, num_steps=1, success=True,
+           env_return=1.0, stop_reason=STOP_REASONS[0])
+validate(EpisodesTable, pd.DataFrame([row]), "episodes")
+"""
+"""What every step process of a round does before its own work: open the run's Dagster instance (from
+`$DAGSTER_HOME`) and MLflow's store under `DATA_ROOT`, and check a table."""
+
+
 @pytest.mark.slow  # a process importing torch, transformers and MLflow: ~8 s
-def test_the_multiprocess_forkserver_preloads_what_the_steps_import():
-    """Every step process forks from the forkserver: what it has imported, no step imports again. The
+def test_the_multiprocess_forkserver_preloads_what_the_steps_import(tmp_path):
+    """Every step process forks from the forkserver: what it has imported, no step imports again, and what
+    opening the stores and checking a table import it has imported too (`pipelines.step_warmup`). The
     definitions alone import no model library, MLflow nor the deployment's store clients."""
     from creditline.config.deployment import DagsterSettings, Deployment, StorageSettings
     from pipelines.definitions import step_preload
+    from pipelines.instance import dagster_home
 
     server = Deployment(
         dagster=DagsterSettings(postgres_url="postgresql://u@db/dagster", executor="multiprocess"),
         storage=StorageSettings(uri="s3://bucket/creditline"),
     )
     modules = step_preload(server)
-    assert step_preload(Deployment()) == modules[:3]
+    assert step_preload(Deployment()) == modules[:4]
     heavy = ["torch", "transformers", "mlflow", "dagster_postgres", "s3fs"]
+    # As the forkserver: import the modules, then fork a first step, which creates the stores (the run worker
+    # has, before any step), and then another, which reports what opening them imported.
     probe = (
-        "import importlib, sys\n"
+        "import importlib, json, os, sys\n"
         f"before = [m for m in {heavy!r} if m in sys.modules]\n"
         "importlib.import_module('pipelines.definitions')\n"
         f"alone = [m for m in {heavy!r} if m in sys.modules]\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"
-        f"print(before, alone, [m for m in {heavy!r} if m in sys.modules])\n"
+        f"print(json.dumps([before, alone, [m for m in {heavy!r} if m in sys.modules]]), flush=True)\n"
+        f"DATA_ROOT = {str(tmp_path)!r}\n"
+        "for step in range(2):\n"
+        "    if os.fork() == 0:\n"
+        "        imported = set(sys.modules)\n"
+        f"        exec({STEP_OPENS!r})\n"
+        "        print(json.dumps(sorted(set(sys.modules) - imported)), flush=True)\n"
+        "        os._exit(0)\n"
+        "    assert os.wait()[1] == 0\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert out.stdout.strip() == f"[] [] {heavy!r}", out.stderr[-2000:]
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home(tmp_path, Deployment()))}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert lines[0] == [[], [], heavy]
+    assert lines[2] == [], f"a step process imports {lines[2]} itself"
