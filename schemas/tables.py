@@ -7,6 +7,8 @@ per-token advantages) are object columns whose element lengths are checked again
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
@@ -18,8 +20,37 @@ STOP_REASONS = ["success", "done", "step_limit", "context_limit"]
 FINISH_REASONS = ["stop", "length"]
 
 
+def row_check(error: str):
+    """A check over whole rows (`pa.dataframe_check`) that judges every row, rows null everywhere included.
+
+    With pandera's default (`ignore_na=True`), each such check also computed `isna` over the whole table,
+    every column of it (the token-id lists element by element), to let a row pass that is null everywhere: a
+    row no column of these tables allows anyway."""
+    return pa.dataframe_check(error=error, ignore_na=False)
+
+
 def _lengths(values: pd.Series) -> np.ndarray:
-    return values.map(len).to_numpy()
+    return np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+
+
+_HEX_KEY = re.compile(r"[0-9a-f]{16}")
+_HEX_KEYS = re.compile(r"[0-9a-f]{16}(?:\n[0-9a-f]{16})*")
+
+
+def _hex_keys(values: pd.Series) -> pd.Series:
+    """Whether each value is 16 lowercase hex digits (an anchor key), judged in one regex pass over the
+    column joined by newlines, and value by value only where that pass fails. The pass finds no newline inside
+    a key: it matches only blocks of 16 digits, and n values joined are 17n − 1 characters only if they are n
+    blocks."""
+    try:
+        joined = "\n".join(values)
+    except TypeError:  # a value that is not a string
+        joined = None
+    if joined is not None and len(joined) == 17 * len(values) - 1 and _HEX_KEYS.fullmatch(joined):
+        return pd.Series(True, index=values.index)
+    return pd.Series(
+        [isinstance(v, str) and _HEX_KEY.fullmatch(v) is not None for v in values], index=values.index
+    )
 
 
 def _branch_link_complete(df: pd.DataFrame) -> pd.Series:
@@ -53,7 +84,7 @@ class EpisodesTable(pa.DataFrameModel):
         strict = True
         coerce = True
 
-    @pa.dataframe_check(error="branch_of_episode and branch_of_step must be null together")
+    @row_check(error="branch_of_episode and branch_of_step must be null together")
     def branch_link(cls, df: pd.DataFrame) -> pd.Series:
         return _branch_link_complete(df)
 
@@ -67,7 +98,7 @@ class StepsTable(pa.DataFrameModel):
     step_idx: Series[int] = pa.Field(ge=0)
     observation: Series[Text]
     action: Series[Text]
-    anchor_key: Series[Text] = pa.Field(str_matches=r"^[0-9a-f]{16}$")
+    anchor_key: Series[Text]
     prompt_ids: Series[object]
     completion_ids: Series[object]
     completion_logprobs: Series[object]
@@ -106,23 +137,23 @@ class StepsTable(pa.DataFrameModel):
         coerce = True
         unique = ["episode_id", "step_idx"]
 
-    @pa.dataframe_check(error="step_idx must run 0..n-1 within each episode")
+    @row_check(error="step_idx must run 0..n-1 within each episode")
     def contiguous_steps(cls, df: pd.DataFrame) -> pd.Series:
         size = df.groupby("episode_id")["step_idx"].transform("size")
         top = df.groupby("episode_id")["step_idx"].transform("max")
         return top == size - 1
 
-    @pa.dataframe_check(error="completion_logprobs must have one value per completion token")
+    @row_check(error="completion_logprobs must have one value per completion token")
     def logprobs_align(cls, df: pd.DataFrame) -> pd.Series:
         return pd.Series(
             _lengths(df["completion_logprobs"]) == _lengths(df["completion_ids"]), index=df.index
         )
 
-    @pa.dataframe_check(error="branch_of_episode and branch_of_step must be null together")
+    @row_check(error="branch_of_episode and branch_of_step must be null together")
     def branch_link(cls, df: pd.DataFrame) -> pd.Series:
         return _branch_link_complete(df)
 
-    @pa.dataframe_check(
+    @row_check(
         error="preset_completion_advantages must be [] or one finite value per completion token, "
         "with preset_advantage their mean"
     )
@@ -137,6 +168,10 @@ class StepsTable(pa.DataFrameModel):
             for p, ids, s in zip(presets, df["completion_ids"], scalar, strict=True)
         ]
         return pd.Series(ok, index=df.index)
+
+    @pa.check("anchor_key", error="anchor_key must be 16 lowercase hex digits")
+    def hex_anchor_key(cls, values: Series[str]) -> Series[bool]:
+        return _hex_keys(values)
 
     @pa.check("step_reward", error="step_reward must be finite")
     def finite_reward(cls, values: Series[float]) -> Series[bool]:
@@ -166,7 +201,7 @@ class ScoresTable(pa.DataFrameModel):
     def finite(cls, values: Series[float]) -> Series[bool]:
         return pd.Series(np.isfinite(values.to_numpy()), index=values.index)
 
-    @pa.dataframe_check(error="episode_reward must be the same on every step row of an episode")
+    @row_check(error="episode_reward must be the same on every step row of an episode")
     def episode_constant(cls, df: pd.DataFrame) -> pd.Series:
         return df.groupby("episode_id")["episode_reward"].transform("nunique") == 1
 
@@ -196,7 +231,7 @@ class AdvantagesTable(pa.DataFrameModel):
     def finite(cls, values: Series[float]) -> Series[bool]:
         return pd.Series(np.isfinite(values.to_numpy()), index=values.index)
 
-    @pa.dataframe_check(error="completion_advantages must have one value per completion token")
+    @row_check(error="completion_advantages must have one value per completion token")
     def tokens_align(cls, df: pd.DataFrame) -> pd.Series:
         if "completion_advantages" not in df:
             return pd.Series(True, index=df.index)

@@ -3,8 +3,11 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from schemas import AdvantagesTable, EpisodesTable, ScoresTable, StepsTable, TableValidationError, validate
+from schemas.tables import _hex_keys
 
 
 def steps_frame():
@@ -15,6 +18,23 @@ def steps_frame():
         "completion_logprobs": [[-0.1], [-0.2], [-0.3]], "step_reward": [0.0, 1.0, -0.1],
         "valid_action": [True] * 3, "done": [False, True, False], "truncated": [False, False, True],
     })  # fmt: skip
+
+
+KEY_PARTS = st.sampled_from(["0123456789abcdef", "fedcba9876543210", "\n", "0", "A", "", "0123456789abcdeF"])
+KEYS = st.one_of(st.lists(KEY_PARTS, max_size=3).map("".join), st.none(), st.integers())
+
+
+@given(st.lists(KEYS, max_size=6), st.booleans())
+@example(["0123456789abcdef\nfedcba9876543210", ""], False)  # two keys' worth of characters in one value
+@example(["0123456789abcdef\nfedcba9876543210"], False)
+def test_anchor_keys_are_judged_as_one_value_at_a_time_would_be(values, keys_only):
+    """The anchor-key check's one pass over the joined column says what a regex on each value says, whatever
+    the values (newlines inside, joined keys, non-strings)."""
+    values = [v if isinstance(v, str) or not keys_only else "0123456789abcdef" for v in values]
+    series = pd.Series(values, dtype=object, index=range(10, 10 + len(values)))
+    expected = [isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v) is not None for v in values]
+    judged = _hex_keys(series)
+    assert judged.index.equals(series.index) and judged.tolist() == expected
 
 
 def test_a_good_steps_table_passes():
@@ -36,6 +56,10 @@ def test_a_good_steps_table_passes():
         ),
         (
             lambda f: f.assign(anchor_key=["0123456789abcdef", "bad", "0123456789abcdef"]),
+            r"column anchor_key.*row 1",
+        ),
+        (
+            lambda f: f.assign(anchor_key=["0123456789abcdef", "0123456789abcdef\n", "0123456789abcdef"]),
             r"column anchor_key.*row 1",
         ),
         (lambda f: f.assign(step_idx=[0, 0, 0]), r"step_idx"),
