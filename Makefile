@@ -111,11 +111,13 @@ servers:
 # killed processes forked from a preloaded server (2026-11-27), the faults and the vLLM tests ended at 30 and 25
 # min and the rest, alone on one core for its last 9 minutes, at 39. The UI pages' tests (a webserver, MLflow's server and a
 # browser) joined them on 2026-11-29, once vLLM's engines in the caller's process had the vLLM stream end ~65 s
-# before the rest. The reports of both follow the rest's. Any failing fails.
+# before the rest. The chat policy's rounds (tests/e2e/test_chat_round.py, ~55 s) moved there from the rest on
+# 2026-11-29: in that day's fresh clones the rest ended 60-100 s after the other two streams, alone on one core.
+# The reports of both follow the rest's. Any failing fails.
 # Disk: the four venvs take ~8 GB; torch's kernel cache, which vLLM's CPU path fills (GBs over many runs in
 # /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
 SECOND_STREAM := tests/faults tests/scaleout
-LATE_TESTS := tests/e2e/test_dagster_dev.py tests/e2e/test_ui_pages.py tests/bench
+LATE_TESTS := tests/e2e/test_dagster_dev.py tests/e2e/test_ui_pages.py tests/bench tests/e2e/test_chat_round.py
 # No stream runs on unseen: a test fails after 25 min (pytest-timeout, pyproject.toml), and a pytest still
 # running at its stream's limit (a hang outside a test, at exit say) is stopped with SIGUSR2 (exit 124; 137 if
 # it had to be killed 60 s later), its threads' stacks written first (tests/conftest.py). The limits (the streams
