@@ -65,10 +65,14 @@ def instance_modules(dagster_home: str) -> list[str]:
 
 
 def warm_up(dagster_home: str | None) -> None:
-    """Import what opening the instance under `dagster_home` (if any) and MLflow's stores import, configure
-    the SQLAlchemy mappers of the models imported, register pandera's backends for pandas tables and build the
-    round's table schemas (pandera keeps each model's schema once built)."""
-    for module in [*(instance_modules(dagster_home) if dagster_home else []), *INSTANCE_OPENING]:
+    """Import what opening the instance under `dagster_home` and MLflow's stores import, configure the
+    SQLAlchemy mappers of the models imported, register pandera's backends for pandas tables and build the
+    round's table schemas (pandera keeps each model's schema once built).
+
+    A forkserver started by a process whose `$DAGSTER_HOME` is unset or names no folder skips the instance's
+    configured classes: its steps import them, as they did before."""
+    configured = instance_modules(dagster_home) if dagster_home and os.path.isdir(dagster_home) else []
+    for module in [*configured, *INSTANCE_OPENING]:
         importlib.import_module(module)
     for module in TRACKING_STORES:
         importlib.import_module(module)

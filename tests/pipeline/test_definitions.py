@@ -80,6 +80,15 @@ def test_the_deployment_chooses_the_executor_and_the_instance_storage():
     assert "default_limit: 4" in server and "storage:" not in dagster_yaml(DagsterSettings())
 
 
+def test_the_step_warm_up_needs_no_instance_home(tmp_path):
+    """A forkserver started where `$DAGSTER_HOME` is unset or names no folder (a test's removed data root) still
+    starts: the warm-up leaves the instance's configured classes to the steps."""
+    from pipelines.step_warmup import warm_up
+
+    warm_up(None)
+    warm_up(str(tmp_path / "removed"))
+
+
 STEP_OPENS = """
 import dagster as dg
 import pandas as pd
