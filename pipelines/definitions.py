@@ -66,7 +66,8 @@ def executor_for(deployment: Deployment) -> dg.ExecutorDefinition:
 
 def step_preload(deployment: Deployment) -> list[str]:
     """What the multiprocess executor's forkserver imports once per run, so that every step process forks
-    with it imported: the definitions (Dagster), the round's stages (torch, transformers), MLflow, and the
+    with it imported: the definitions (Dagster), the round's stages (torch, transformers), MLflow,
+    `pipelines.step_warmup` (what opening the stores and checking a table import and set up), and the
     clients of the deployment's own stores (dagster-postgres, the object store's fsspec filesystem).
 
     The definitions alone import none of the rest, so that the CLI and the webserver start fast. A step that

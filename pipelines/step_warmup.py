@@ -14,9 +14,10 @@ otherwise did before its step's own work, each time:
   both done here, for every table.
 
 In a step process of the tiny experiment on AMD EPYC (2026-11-29), opening the instance took 0.73 s of CPU,
-MLflow's store 0.33 s and pandera's registration ~0.1 s, of ~1.6 s a step; with this module preloaded, the
-step processes of a round took 0.64 s each (`tests/pipeline/test_definitions.py` checks that opening the
-stores and checking a table import nothing more).
+MLflow's store 0.33 s and pandera's registration ~0.1 s, of ~1.6 s a step; with this module preloaded,
+opening the two stores took 0.08 s and 0.04 s, and the round's processes together 25–28 s of CPU against
+35–41 s (docs/deployment.md). `tests/pipeline/test_definitions.py` checks that opening the stores and
+checking a table import nothing more.
 
 Nothing here opens a file for writing, a database or a connection, and no thread is started: a forked process
 must share none of them with its forkserver. Only the instance's configuration is read.
@@ -33,7 +34,7 @@ import pandera.pandas as pa
 import sqlalchemy.orm
 from dagster._core.instance.ref import InstanceRef
 
-from schemas.tables import TABLES
+from schemas import SCHEMAS
 
 INSTANCE_OPENING = (
     "dagster._core.instance.factory",
@@ -78,7 +79,7 @@ def warm_up(dagster_home: str | None) -> None:
         importlib.import_module(module)
     sqlalchemy.orm.configure_mappers()
     pa.DataFrameSchema.register_default_backends(pd.DataFrame)
-    for table in TABLES:
+    for table in SCHEMAS.values():
         table.to_schema()
 
 

@@ -316,16 +316,3 @@ class RescoreComparisonTable(pa.DataFrameModel):
     class Config:
         strict = True
         coerce = True
-
-
-TABLES = (
-    EpisodesTable,
-    StepsTable,
-    ScoresTable,
-    AdvantagesTable,
-    ModelRewardsTable,
-    TrainingTable,
-    EvaluationTable,
-    RescoreComparisonTable,
-)
-"""Every table's schema, in the order the round writes them."""
