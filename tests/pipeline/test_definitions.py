@@ -110,7 +110,8 @@ validate(EpisodesTable, pd.DataFrame([row]), "episodes")
 @pytest.mark.slow  # a process importing torch, transformers and MLflow: ~8 s
 def test_the_multiprocess_forkserver_preloads_what_the_steps_import(tmp_path):
     """Every step process forks from the forkserver: what it has imported, no step imports again, and what
-    opening the stores and checking a table import it has imported too (`pipelines.step_warmup`). The
+    opening the stores and checking a table import it has imported too (`pipelines.step_warmup`), leaving no
+    file or connection open and no thread running for the steps to inherit. The
     definitions alone import no model library, MLflow nor the deployment's store clients."""
     from creditline.config.deployment import DagsterSettings, Deployment, StorageSettings
     from pipelines.definitions import step_preload
@@ -126,12 +127,14 @@ def test_the_multiprocess_forkserver_preloads_what_the_steps_import(tmp_path):
     # As the forkserver: import the modules, then fork a first step, which creates the stores (the run worker
     # has, before any step), and then another, which reports what opening them imported.
     probe = (
-        "import importlib, json, os, sys\n"
+        "import importlib, json, os, sys, threading\n"
+        "fds = sorted(os.listdir('/proc/self/fd'))\n"
         f"before = [m for m in {heavy!r} if m in sys.modules]\n"
         "importlib.import_module('pipelines.definitions')\n"
         f"alone = [m for m in {heavy!r} if m in sys.modules]\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"
         f"print(json.dumps([before, alone, [m for m in {heavy!r} if m in sys.modules]]), flush=True)\n"
+        "print(json.dumps([sorted(os.listdir('/proc/self/fd')) == fds, threading.active_count()]), flush=True)\n"
         f"DATA_ROOT = {str(tmp_path)!r}\n"
         "for step in range(2):\n"
         "    if os.fork() == 0:\n"
@@ -146,4 +149,5 @@ def test_the_multiprocess_forkserver_preloads_what_the_steps_import(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert lines[0] == [[], [], heavy]
-    assert lines[2] == [], f"a step process imports {lines[2]} itself"
+    assert lines[1] == [True, 1], "the preload left a file or connection open, or a thread running"
+    assert lines[3] == [], f"a step process imports {lines[3]} itself"
