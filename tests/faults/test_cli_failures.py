@@ -8,8 +8,6 @@ reported as `error:` lines (exit 2), with no Dagster log or traceback.
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,10 +19,6 @@ from tests.e2e.cli import creditline
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
-
-
-def _command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.cli", *args]
 
 
 def _env(data_root: Path, fault: str | None = None, signal_name: str | None = None) -> dict[str, str]:
@@ -48,10 +42,8 @@ def _rerun_completes(data_root: Path) -> None:
     assert verify.returncode == 0, verify.stdout
 
 
-def test_sigterm_inside_a_step_leaves_the_round_incomplete_and_a_rerun_completes(tmp_path):
-    run = _command(*TERM_RUN)
-    stopped = subprocess.run(run, env=_env(tmp_path, "train:update:1", "TERM"), capture_output=True, text=True,
-                             timeout=600)  # fmt: skip
+def test_sigterm_inside_a_step_leaves_the_round_incomplete_and_a_rerun_completes(tmp_path, preloaded_cli):
+    stopped = preloaded_cli.run(*TERM_RUN, env=_env(tmp_path, "train:update:1", "TERM"))
     assert stopped.returncode == 130
     assert stopped.stderr.splitlines() == INTERRUPTED
     store = LineageStore(tmp_path / "lineage.duckdb")
@@ -64,12 +56,9 @@ def test_sigterm_inside_a_step_leaves_the_round_incomplete_and_a_rerun_completes
     _rerun_completes(tmp_path)
 
 
-def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_completes(tmp_path):
+def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_completes(tmp_path, preloaded_cli):
     """Between two steps Dagster swallows the signal and finishes the run; the CLI still stops there."""
-    run = _command(*TERM_RUN)
-    process = subprocess.Popen(
-        run, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    process = preloaded_cli.start(*TERM_RUN, env=_env(tmp_path))
     assert process.stdout.readline().startswith("experiment term: 2 rounds")
     store = LineageStore(tmp_path / "lineage.duckdb")
     while store.artifact("term", 1, "steps") is None:  # mid-round: rollouts recorded, training not yet
@@ -82,22 +71,21 @@ def test_sigterm_from_outside_at_any_moment_ends_in_one_line_and_a_rerun_complet
     _rerun_completes(tmp_path)
 
 
-def test_sigterm_inside_an_mlflow_write_ends_in_one_line_and_a_rerun_completes(tmp_path):
+def test_sigterm_inside_an_mlflow_write_ends_in_one_line_and_a_rerun_completes(tmp_path, preloaded_cli):
     """MLflow logs the interrupted statement as an ERROR with its traceback; none of it reaches stderr."""
-    run = [sys.executable, "-m", "tests.faults.term_in_mlflow_sql", *TERM_RUN]
-    stopped = subprocess.run(run, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
-    assert stopped.returncode == 130, stopped.stderr
-    assert stopped.stderr.splitlines() == INTERRUPTED
+    stopped = preloaded_cli.start(*TERM_RUN, env=_env(tmp_path), module="tests.faults.term_in_mlflow_sql")
+    _, err = stopped.communicate(timeout=600)
+    assert stopped.returncode == 130, err
+    assert err.splitlines() == INTERRUPTED
     assert round_commits(LineageStore(tmp_path / "lineage.duckdb"), "term") == {}
     _rerun_completes(tmp_path)
 
 
-def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path):
+def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path, preloaded_cli):
     """The steps table is corrupted after it was written and before its check ran (the run stopped in between):
     a re-run would regenerate it (the round is not committed), so the check is what must catch it here."""
-    run = _command("run", "--experiment", "checked", "--config", str(TINY))
-    paused = subprocess.Popen(run, env=_env(tmp_path, "after:steps:1", "STOP"), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = ("run", "--experiment", "checked", "--config", str(TINY))
+    paused = preloaded_cli.start(*run, env=_env(tmp_path, "after:steps:1", "STOP"))
     try:
         while _state(paused.pid) != "T":
             assert paused.poll() is None, paused.communicate()

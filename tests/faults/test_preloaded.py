@@ -4,8 +4,10 @@ signal's death, and the command's own environment (`tests/faults/preloaded.py`).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -38,3 +40,35 @@ def test_a_forked_command_reads_its_own_failpoint(preloaded_cli, tmp_path):
     assert early.returncode == later.returncode == -9
     assert not (tmp_path / "early" / "forked" / "r001" / "episodes.parquet").exists()
     assert (tmp_path / "later" / "forked" / "r001" / "steps.parquet").exists()
+
+
+def test_forked_commands_run_side_by_side_and_take_signals_as_processes_of_their_own(preloaded_cli, tmp_path):
+    """One command stopped at a failpoint (SIGSTOP) while a second forks, runs and ends: each exit is its own.
+    Then the stopped one takes a SIGTERM from outside and, continued, stops as `creditline run` does (one line,
+    130); once waited for, its pid is reaped."""
+    from creditline.liveness import start_ticks
+    from tests.faults.test_kill_matrix import TINY
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLINE_FAULT")}
+    env |= {"CREDITLINE_DATA_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    stopped = preloaded_cli.start("run", "--experiment", "side", "--config", str(TINY), "--rounds", "1",
+                                  env=env | {"CREDITLINE_FAULT": "after:steps:1", "CREDITLINE_FAULT_SIGNAL": "STOP"})  # fmt: skip
+    assert stopped.stdout.readline().startswith("experiment side: 1 round")
+    while _state(stopped.pid) != "T":
+        assert stopped.poll() is None, stopped.communicate()
+        time.sleep(0.3)
+    helped = preloaded_cli.start("--help", env=env)
+    out, err = helped.communicate(timeout=120)
+    assert (helped.returncode, err) == (0, "") and "report" in out
+    assert stopped.poll() is None and _state(stopped.pid) == "T"
+    stopped.send_signal(signal.SIGTERM)  # pending while it is stopped
+    stopped.send_signal(signal.SIGCONT)
+    _, err = stopped.communicate(timeout=300)
+    assert stopped.returncode == 130, err
+    assert err.splitlines() == ["interrupted: a round left incomplete is completed by `creditline run` again"]
+    assert start_ticks(stopped.pid) is None
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,19 +19,19 @@ import dagster as dg
 import pytest
 
 from creditline.liveness import start_ticks
+from tests.faults.preloaded import ForkedProcess, PreloadedCli
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
 
 
-def _start(data_root: Path, experiment: str, stop_at: str | None) -> subprocess.Popen:
+def _start(cli: PreloadedCli, data_root: Path, experiment: str, stop_at: str | None) -> ForkedProcess:
+    """`creditline run` of `experiment`'s round 1, forked from the preloaded server (`tests/faults/preloaded.py`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLINE_FAULT")}
-    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env |= {"CREDITLINE_DATA_ROOT": str(data_root), "OMP_NUM_THREADS": "1"}
     if stop_at:
         env |= {"CREDITLINE_FAULT": stop_at, "CREDITLINE_FAULT_SIGNAL": "STOP"}
-    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", "run", "--experiment", experiment,
-                             "--config", str(TINY), "--rounds", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return cli.start("run", "--experiment", experiment, "--config", str(TINY), "--rounds", "1", env=env)
 
 
 def _state(pid: int) -> str:
@@ -41,7 +39,7 @@ def _state(pid: int) -> str:
         return fh.read().rsplit(")", 1)[1].split()[0]
 
 
-def _wait_stopped(process: subprocess.Popen, timeout_s: float = 300) -> None:
+def _wait_stopped(process: ForkedProcess, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while _state(process.pid) != "T":
         assert process.poll() is None, process.communicate()
@@ -49,7 +47,7 @@ def _wait_stopped(process: subprocess.Popen, timeout_s: float = 300) -> None:
         time.sleep(0.5)
 
 
-def _read_until(process: subprocess.Popen, prefix: str, timeout_s: float) -> list[str]:
+def _read_until(process: ForkedProcess, prefix: str, timeout_s: float) -> list[str]:
     """Lines of stdout up to and including the first that starts with `prefix`."""
     lines: list[str] = []
     deadline = time.monotonic() + timeout_s
@@ -63,13 +61,13 @@ def _read_until(process: subprocess.Popen, prefix: str, timeout_s: float) -> lis
 
 
 @pytest.fixture
-def b_waits_for_a(tmp_path):
+def b_waits_for_a(tmp_path, preloaded_cli):
     """(A, B, data root) with A stopped holding the `gpu` slot and B's training step waiting for it."""
-    b = _start(tmp_path, "second", "write:scores.parquet:1")
+    b = _start(preloaded_cli, tmp_path, "second", "write:scores.parquet:1")
     a = None
     try:
         _wait_stopped(b)
-        a = _start(tmp_path, "first", "train:update:1")
+        a = _start(preloaded_cli, tmp_path, "first", "train:update:1")
         _wait_stopped(a)
         b.send_signal(signal.SIGCONT)
         waiting = _read_until(b, "waiting: pool 'gpu' is held by", timeout_s=120)

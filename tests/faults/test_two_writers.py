@@ -2,8 +2,6 @@
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,20 +15,20 @@ pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
 
 
-def test_a_second_run_of_the_same_experiment_refuses_with_the_holder(tmp_path):
+def test_a_second_run_of_the_same_experiment_refuses_with_the_holder(tmp_path, preloaded_cli):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLINE_FAULT")}
     env |= {"CREDITLINE_DATA_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "pipelines.cli", "run", "--experiment", "twice", "--config", str(TINY)]
+    command = ("run", "--experiment", "twice", "--config", str(TINY))  # forked from the preloaded server
     # the first stops itself in its first training update (SIGSTOP): alive, holding the lease, however slowly
     # the second starts on a loaded machine
     paused = env | {"CREDITLINE_FAULT": "train:update:1", "CREDITLINE_FAULT_SIGNAL": "STOP"}
-    first = subprocess.Popen(command, env=paused, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = preloaded_cli.start(*command, env=paused)
     try:
         assert first.stdout.readline().startswith("experiment twice: 2 rounds")  # it holds the lease now
         while _state(first.pid) != "T":
             assert first.poll() is None, first.communicate()
             time.sleep(0.3)
-        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        second = preloaded_cli.run(*command, env=env, timeout_s=300)
         first.send_signal(signal.SIGCONT)
         assert second.returncode == 2, second.stderr
         assert second.stderr.startswith("error: experiment 'twice' is being run by another `creditline run` "
