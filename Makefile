@@ -129,8 +129,9 @@ LIMIT = timeout --foreground -s USR2 -k 60
 # Every process of the streams but vLLM's runs torch on one thread (OMP_NUM_THREADS=1; the pytest processes
 # themselves already do, tests/conftest.py): three streams share the two cores, and a process whose two OpenMP
 # threads meet at every operator's barrier waits there whenever the other core is busy. With a busy loop beside
-# them (as the other streams are), the server profile's test took 113 s of wall and 78 s of CPU against 133 s and
-# 83 s, and the dagster dev test with the learning bench's 210 s and 100 s against 246 s and 106 s (2026-11-29).
+# them (as the other streams are), the server profile's test took 100-105 s of wall and 67-71 s of CPU against
+# 116-121 s and 72-73 s (three runs each, alternated), and the dagster dev test with the learning bench's 210 s
+# and 100 s against 246 s and 106 s (2026-11-29).
 # vLLM's engines set their threads from the cores they bind to (VLLM_CPU_OMP_THREADS_BIND), so its stream is
 # left as it was.
 STREAM = CREDITLINE_REQUIRE_SERVERS=1 CREDITLINE_TEST_STACKS=$(CURDIR)/.pytest-$(1).stacks \
