@@ -64,7 +64,9 @@ while listening or children:
     ready, _, _ = select.select([control] if listening else [], [], [], 0.05)
     if ready:
         message, fds, _, _ = socket.recv_fds(control, 1 << 20, 2)
-        if not message:  # the test closed its end: serve the running children to their end
+        if not message:  # the test session closed its end: its commands end with it
+            for pid in children:
+                os.kill(pid, 9)
             listening = False
             continue
         request = json.loads(message)
@@ -116,10 +118,10 @@ class PreloadedCli:
     """A server process with the libraries imported; `start` forks one `creditline` command from it, `run` forks
     one and waits for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = PRELOAD) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._server = subprocess.Popen([sys.executable, "-c", SERVER, str(theirs.fileno()), *PRELOAD], cwd=ROOT,
+        self._server = subprocess.Popen([sys.executable, "-c", SERVER, str(theirs.fileno()), *preload], cwd=ROOT,
                                         env=env, pass_fds=[theirs.fileno()])  # fmt: skip
         theirs.close()
         self._lock = threading.Lock()
@@ -197,6 +199,8 @@ class PreloadedCli:
         return self.run(*args, env=env)
 
     def close(self) -> None:
+        """End the server: a command still running ends with it (SIGKILL), as the test session that started
+        it has."""
         self._control.close()
         self._server.wait(timeout=60)
 

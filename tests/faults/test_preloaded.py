@@ -72,3 +72,19 @@ def test_forked_commands_run_side_by_side_and_take_signals_as_processes_of_their
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_closing_the_server_ends_the_commands_still_running(tmp_path):
+    """A command a failed test left running (here one waiting ten minutes for its moment) does not outlive the
+    session, nor hold up its end: the server kills it, reaps it and exits."""
+    from creditline.liveness import start_ticks
+    from tests.faults.preloaded import PreloadedCli
+
+    cli = PreloadedCli(preload=())
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    waiting = cli.start(
+        "instance", str(tmp_path), str(time.time() + 600), env=env, module="tests.faults.first_open"
+    )
+    assert waiting.poll() is None
+    cli.close()
+    assert start_ticks(waiting.pid) is None
