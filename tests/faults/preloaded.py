@@ -40,6 +40,8 @@ import threading
 import time
 from pathlib import Path
 
+from creditline.liveness import stat_fields
+
 ROOT = Path(__file__).resolve().parents[2]
 PRELOAD = (
     "torch",
@@ -140,6 +142,10 @@ class PreloadedCli:
             with self._lock:
                 socket.send_fds(self._control, [json.dumps(request).encode()], [out[1], err[1]])
                 pid = self._answer(timeout_s=30)["pid"]
+        except BaseException:  # no child to read from
+            os.close(out[0])
+            os.close(err[0])
+            raise
         finally:
             os.close(out[1])
             os.close(err[1])
@@ -252,6 +258,20 @@ class ForkedProcess:
         self.stdout.close()
         self.stderr.close()
         return texts[0], texts[1]
+
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP: it reached a STOP failpoint), from /proc."""
+        fields = stat_fields(self.pid)
+        return fields is not None and fields[0] == "T"
+
+    def wait_stopped(self, timeout: float = 300) -> None:
+        """Return once the command has stopped itself at its STOP failpoint; fail with its output if it ends
+        first, or after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.stopped():
+            assert self.poll() is None, self.communicate()
+            assert time.monotonic() < deadline, f"{self.args} never reached its failpoint"
+            time.sleep(0.3)
 
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:  # never a reaped pid, which another process may have by now

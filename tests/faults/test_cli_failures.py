@@ -8,7 +8,6 @@ reported as `error:` lines (exit 2), with no Dagster log or traceback.
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -87,9 +86,7 @@ def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path,
     run = ("run", "--experiment", "checked", "--config", str(TINY))
     paused = preloaded_cli.start(*run, env=_env(tmp_path, "after:steps:1", "STOP"))
     try:
-        while _state(paused.pid) != "T":
-            assert paused.poll() is None, paused.communicate()
-            time.sleep(0.3)
+        paused.wait_stopped()
         steps = tmp_path / "checked" / "r001" / "steps.parquet"
         write_parquet_atomic(read_parquet(steps).iloc[1:], steps)  # valid Parquet, one row short
         paused.send_signal(signal.SIGCONT)
@@ -104,8 +101,3 @@ def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path,
     )
     assert len(lines) == 2 and "Traceback" not in err
     assert LineageStore(tmp_path / "lineage.duckdb").artifact("checked", 1, "checkpoint") is None
-
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rsplit(")", 1)[1].split()[0]

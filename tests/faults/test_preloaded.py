@@ -54,24 +54,17 @@ def test_forked_commands_run_side_by_side_and_take_signals_as_processes_of_their
     stopped = preloaded_cli.start("run", "--experiment", "side", "--config", str(TINY), "--rounds", "1",
                                   env=env | {"CREDITLINE_FAULT": "after:steps:1", "CREDITLINE_FAULT_SIGNAL": "STOP"})  # fmt: skip
     assert stopped.stdout.readline().startswith("experiment side: 1 round")
-    while _state(stopped.pid) != "T":
-        assert stopped.poll() is None, stopped.communicate()
-        time.sleep(0.3)
+    stopped.wait_stopped()
     helped = preloaded_cli.start("--help", env=env)
     out, err = helped.communicate(timeout=120)
     assert (helped.returncode, err) == (0, "") and "report" in out
-    assert stopped.poll() is None and _state(stopped.pid) == "T"
+    assert stopped.poll() is None and stopped.stopped()
     stopped.send_signal(signal.SIGTERM)  # pending while it is stopped
     stopped.send_signal(signal.SIGCONT)
     _, err = stopped.communicate(timeout=300)
     assert stopped.returncode == 130, err
     assert err.splitlines() == ["interrupted: a round left incomplete is completed by `creditline run` again"]
     assert start_ticks(stopped.pid) is None
-
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_closing_the_server_ends_the_commands_still_running(tmp_path):

@@ -34,19 +34,6 @@ def _start(cli: PreloadedCli, data_root: Path, experiment: str, stop_at: str | N
     return cli.start("run", "--experiment", experiment, "--config", str(TINY), "--rounds", "1", env=env)
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rsplit(")", 1)[1].split()[0]
-
-
-def _wait_stopped(process: ForkedProcess, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _state(process.pid) != "T":
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the process never reached its failpoint"
-        time.sleep(0.5)
-
-
 def _read_until(process: ForkedProcess, prefix: str, timeout_s: float) -> list[str]:
     """Lines of stdout up to and including the first that starts with `prefix`."""
     lines: list[str] = []
@@ -66,9 +53,9 @@ def b_waits_for_a(tmp_path, preloaded_cli):
     b = _start(preloaded_cli, tmp_path, "second", "write:scores.parquet:1")
     a = None
     try:
-        _wait_stopped(b)
+        b.wait_stopped()
         a = _start(preloaded_cli, tmp_path, "first", "train:update:1")
-        _wait_stopped(a)
+        a.wait_stopped()
         b.send_signal(signal.SIGCONT)
         waiting = _read_until(b, "waiting: pool 'gpu' is held by", timeout_s=120)
         assert f"pid {a.pid} on" in waiting[-1]  # it says for whom it waits

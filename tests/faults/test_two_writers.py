@@ -2,7 +2,6 @@
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -25,9 +24,7 @@ def test_a_second_run_of_the_same_experiment_refuses_with_the_holder(tmp_path, p
     first = preloaded_cli.start(*command, env=paused)
     try:
         assert first.stdout.readline().startswith("experiment twice: 2 rounds")  # it holds the lease now
-        while _state(first.pid) != "T":
-            assert first.poll() is None, first.communicate()
-            time.sleep(0.3)
+        first.wait_stopped()
         second = preloaded_cli.run(*command, env=env, timeout_s=300)
         first.send_signal(signal.SIGCONT)
         assert second.returncode == 2, second.stderr
@@ -46,8 +43,3 @@ def test_a_second_run_of_the_same_experiment_refuses_with_the_holder(tmp_path, p
         "twice.r002",
     ]  # each trained once
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rsplit(")", 1)[1].split()[0]
