@@ -44,7 +44,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+from round_parts import CORE, PARTS, PartClock  # noqa: E402
 
 from creditline.config import ExperimentConfig  # noqa: E402
 from creditline.credit.round_advantages import step_advantages  # noqa: E402
@@ -243,28 +245,30 @@ def main() -> None:
     if creditline(["run", "--data-root", str(root), "--rounds", "1"]) != 0:
         raise SystemExit("creditline run failed")
     hollow = HollowRounds(root.with_name(root.name + "-hollow"))
-    for round_ in range(2, args.rounds + 1):
-        # each round, its replay and a hollow round run back to back: the machine's speed drifts over minutes
-        if creditline(["run", "--data-root", str(root), "--rounds", str(round_)]) != 0:
-            raise SystemExit("creditline run failed")
-        recorded = {side: recorded_round(folder, config.name, round_) for side, folder in sides.items()}
-        with tempfile.TemporaryDirectory() as scratch, rounds_pace():  # the collector's pace a round runs at
-            parent = recorded[THIS][3]
-            core, stages, digest = core_round(config, parent, round_, Path(scratch) / "policy")
-        floor.append(hollow.next_wall())
-        for side, (wall, steps, checkpoint, _) in recorded.items():
-            if digest != checkpoint:
-                print("\n".join(table))  # the rounds measured so far
-                raise SystemExit(f"round {round_}: the core replay's checkpoint {digest[:12]} is not {side}'s "
-                                 f"{checkpoint[:12]}: the bench would not measure the same work")  # fmt: skip
-            shares[side].append((wall - core) / wall)
-            overheads[side].append(wall - core)
-            where = ", ".join(f"{k} {v:.2f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
-            table.append(f"{round_:>5} {side[:10]:>10} {wall:>9.2f} {core:>7.2f} {wall - core:>10.2f} "
-                         f"{shares[side][-1]:>6.1%} {floor[-1]:>7.2f}   {where}")  # fmt: skip
-        table.append(f"{'':>56}core: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
-        walls.append(recorded[THIS][0])
-        cores.append(core)
+    clock = PartClock(gate="pipelines.round_runner:execute_partition")  # inside this code's Dagster rounds
+    with clock.installed():
+        for round_ in range(2, args.rounds + 1):
+            # each round, its replay and a hollow round back to back: the machine's speed drifts over minutes
+            if creditline(["run", "--data-root", str(root), "--rounds", str(round_)]) != 0:
+                raise SystemExit("creditline run failed")
+            recorded = {side: recorded_round(folder, config.name, round_) for side, folder in sides.items()}
+            with tempfile.TemporaryDirectory() as scratch, rounds_pace():  # the pace a round collects at
+                parent = recorded[THIS][3]
+                core, stages, digest = core_round(config, parent, round_, Path(scratch) / "policy")
+            floor.append(hollow.next_wall())
+            for side, (wall, steps, checkpoint, _) in recorded.items():
+                if digest != checkpoint:
+                    print("\n".join(table))  # the rounds measured so far
+                    raise SystemExit(f"round {round_}: the core replay's checkpoint {digest[:12]} is not {side}'s "
+                                     f"{checkpoint[:12]}: the bench would not measure the same work")  # fmt: skip
+                shares[side].append((wall - core) / wall)
+                overheads[side].append(wall - core)
+                where = ", ".join(f"{k} {v:.2f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
+                table.append(f"{round_:>5} {side[:10]:>10} {wall:>9.2f} {core:>7.2f} {wall - core:>10.2f} "
+                             f"{shares[side][-1]:>6.1%} {floor[-1]:>7.2f}   {where}")  # fmt: skip
+            table.append(f"{'':>56}core: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+            walls.append(recorded[THIS][0])
+            cores.append(core)
     print(f"\n{'round':>5} {'code':>10} {'dagster s':>9} {'core s':>7} {'overhead s':>10} {'share':>6} {'hollow':>7}   "
           "where the Dagster run went")  # fmt: skip
     print("\n".join(table))
@@ -281,6 +285,23 @@ def main() -> None:
         print(f"own overhead{label}: {statistics.mean(values) - hollow_mean:.2f} s a round (mean of rounds "
               f"2..{args.rounds}: Dagster wall {statistics.mean(values) + statistics.mean(cores):.2f} s − core work "
               f"{statistics.mean(cores):.2f} s − hollow round {hollow_mean:.2f} s)")  # fmt: skip
+    print_parts(clock, args.rounds - 1, statistics.mean(walls), hollow_mean, statistics.mean(cores))
+
+
+def print_parts(clock: PartClock, rounds: int, wall: float, hollow: float, replayed: float) -> None:
+    """The parts' seconds a round inside this code's Dagster rounds, and the own overhead with the core work
+    timed there rather than replayed."""
+    inside = clock.seconds[CORE] / rounds
+    print(f"own overhead, the core work timed inside the round: {wall - inside - hollow:.2f} s a round (Dagster wall "
+          f"{wall:.2f} s − core work {inside:.2f} s − hollow round {hollow:.2f} s; the core replayed: {replayed:.2f} s)")  # fmt: skip
+    print("  inside the round: " + ", ".join(f"{target.split(':')[1]} {clock.functions[target] / rounds:.2f}"
+                                         for target in PARTS[CORE]))  # fmt: skip
+    print("where the round's time went, each part outside the others (a round's mean: seconds, calls):")
+    for part, seconds in sorted(clock.seconds.items(), key=lambda kv: -kv[1]):
+        print(f"  {part:<16} {seconds / rounds:6.3f} s  {clock.calls[part] / rounds:5.1f}")
+    rest = wall - sum(clock.seconds.values()) / rounds - hollow
+    print(f"  {'the rest':<16} {rest:6.3f} s         (our step code outside these parts, and Dagster's work for our "
+          "steps beyond the hollow round's)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -282,8 +282,10 @@ class LineageStore:
 
         def work(con: duckdb.DuckDBPyConnection) -> None:
             old = con.execute(f"SELECT content_hash FROM artifacts WHERE {_KEY_MATCH}", key).fetchone()
+            # a new key needs no OR REPLACE, whose conflict check costs DuckDB ~3.3 ms a row against ~1.2 ms
+            # for a plain INSERT (DuckDB 1.5, a round's catalog, 2026-11-29); a round records seven new rows
             con.execute(
-                f"INSERT OR REPLACE INTO artifacts ({_ARTIFACT_COLUMNS}) "
+                f"INSERT {'OR REPLACE ' if old else ''}INTO artifacts ({_ARTIFACT_COLUMNS}) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     *key,
