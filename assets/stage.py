@@ -14,9 +14,10 @@ sequence around that call:
     4. compute      the asset's own call (skipped on resume)
     5. write        tables validated against their schema and written
                     atomically; folders (written by the call) hashed
-    6. record       every output in declared order, then the asset's own
-                    records, then the link to the round's MLflow run, in one
-                    lineage session
+    6. record       the round's MLflow run if this stage created it, every
+                    output in declared order, then the asset's own records,
+                    then the link to the round's MLflow run, in one lineage
+                    session
     7. log          metrics to the round's MLflow run, each key once          `stage.log`
     8. materialise  the content hash as Dagster's data version                `stage.materialized`
 
@@ -191,11 +192,14 @@ class Stage:
                     written.append((output, self.write(value, output.schema, output.variant), facts))
                 else:
                     written.append((output, hashed_folder(value), facts))
+        unrecorded: list[str] = []  # the round's MLflow run, when this stage found or created it
         if link_run and self.tracker is not None:  # talks to MLflow: outside the session
             self.run_id = self.tracker.round_run(
-                self.store, self.experiment, self.round, self.config.to_dict()
+                self.store, self.experiment, self.round, self.config.to_dict(), unrecorded
             )
         with self.store.session():  # the records only
+            for run_id in unrecorded:
+                self.run_id = self.tracker.record_round_run(self.store, self.experiment, self.round, run_id)
             for output, files, facts in written:
                 output.record = self._record(output, files, facts)
             if also_record is not None:

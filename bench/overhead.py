@@ -23,6 +23,14 @@ of the overhead.
 What is ours is the rest: `own overhead: X s a round`, the mean over the measured rounds of Dagster wall − core
 work − the hollow round's wall (its parts printed beside it).
 
+The functions of each part of a round (the core work, the lineage catalog, MLflow, the tables read and written,
+their schema checks, hashing, the charts; `round_parts.PARTS`) are timed inside this code's Dagster rounds too, each
+outside the others (`round_parts.PartClock`), and printed as a round's mean, with the rest (our step code outside
+them, and Dagster's work for our steps beyond the hollow round's). From the core work timed there the bench also
+prints `own overhead, the core work timed inside the round`: the same difference, where the core work is the
+round's own rather than its replay's (the training inside the round has run 0.1-0.3 s slower than its replay,
+docs/benchmarks.md; that figure counts it as core work).
+
 `--before REV` also runs the same rounds with the code of git revision REV (checked out in a temporary
 worktree, run in its own process, its own data root) and prints its overhead beside this code's, against the
 same core replay: REV's checkpoints must hash to this code's, so both sides did the same work. REV's rounds

@@ -137,9 +137,11 @@ class TrackerResource(dg.ConfigurableResource):
         tags: dict,
         name: str,
         params: dict | None,
+        unrecorded: list[str] | None = None,
     ) -> str:
         """The run `recorded` for (experiment, round) (recorded once, never changed: first writer wins), else
-        one found by its tags, else a new one; the one recorded."""
+        one found by its tags, else a new one; the one recorded. With `unrecorded`, a run found or created is
+        not recorded here but appended to it: the caller records it (`record_round_run`)."""
         key = (store.path, experiment, round_)
         if recorded is not None:
             _RUN_IDS[key] = recorded
@@ -165,8 +167,15 @@ class TrackerResource(dg.ConfigurableResource):
                 pairs = [Param(k, v) for k, v in sorted(_flatten("", params, {}).items())]
                 for start in range(0, len(pairs), 100):
                     client.log_batch(run_id, params=pairs[start : start + 100])
-        _RUN_IDS[key] = record_tracking_run(store, experiment, round_, run_id)
-        return _RUN_IDS[key]
+        if unrecorded is not None:
+            unrecorded.append(run_id)
+            return run_id
+        return self.record_round_run(store, experiment, round_, run_id)
+
+    def record_round_run(self, store: LineageStore, experiment: str, round_: int, run_id: str) -> str:
+        """Record `run_id` as the round's run unless one is recorded (first writer wins); the one recorded."""
+        _RUN_IDS[(store.path, experiment, round_)] = record_tracking_run(store, experiment, round_, run_id)
+        return _RUN_IDS[(store.path, experiment, round_)]
 
     def experiment_run(self, store: LineageStore, experiment: str, config: dict) -> str:
         """The experiment's parent run (the config as its params), created on first use."""
@@ -183,12 +192,24 @@ class TrackerResource(dg.ConfigurableResource):
             config,
         )
 
-    def round_run(self, store: LineageStore, experiment: str, round_: int, config: dict) -> str:
+    def round_run(
+        self,
+        store: LineageStore,
+        experiment: str,
+        round_: int,
+        config: dict,
+        unrecorded: list[str] | None = None,
+    ) -> str:
         """The round's child run, created once; reopened (RUNNING) while an uncommitted round is worked on.
 
         A committed round's runs stay FINISHED: a re-score logs its comparison to them without reopening. The
         lineage is read in one session, once a round and process (the recorded run ids, whether the round is
         committed); MLflow's status only of a run this process did not create or has closed since.
+
+        With `unrecorded`, a round run found or created here is appended to it instead of being recorded in a
+        lineage session of its own: the caller records it in its next one (`record_round_run`, which returns
+        the run recorded first, should another process have recorded one in between). The stages do, in the
+        session of their records: the first stage of a round opens one catalog connection fewer.
         """
         rounds = (EXPERIMENT_RUN_ROUND, round_)
         known = {r: _RUN_IDS.get((store.path, experiment, r)) for r in rounds}
@@ -216,6 +237,7 @@ class TrackerResource(dg.ConfigurableResource):
             {EXPERIMENT_TAG: experiment, PARENT_TAG: parent},
             f"{experiment} round {round_}",
             None,
+            unrecorded,
         )
         if not committed:
             for rid in (parent, run_id):

@@ -172,7 +172,9 @@ def _to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
 
     if isinstance(frame, pa.Table):
         return frame
-    return pa.Table.from_pandas(frame, preserve_index=False)
+    # One thread: Arrow's column threads wait on the GIL for object columns (the token-id lists); a round's
+    # steps table converted in 23.5 ms with them against 17.2 ms without, to the same bytes (2026-11-29).
+    return pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
 
 
 def write_parquet_atomic(frame: pd.DataFrame | pa.Table, path: PathLike) -> FileRecord:
