@@ -3,12 +3,13 @@ read them back from Parquet (categoricals), against each floor."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
+
+from tests.bench import load_bench
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "advantages.py"
 
@@ -25,11 +26,7 @@ def test_a_small_run_prints_every_estimator_against_each_floor():
 
 
 def test_the_parquet_round_trip_keeps_every_value_in_order():
-    spec = importlib.util.spec_from_file_location(
-        "advantages_bench", BENCH
-    )  # not the tests/advantages package
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("advantages")  # not the tests/advantages package
     table = bench.bench_steps(2000).sample(frac=1.0, random_state=0).reset_index(drop=True)
     (strings, _), (categories, _) = bench.parquet_round_trip(table, (), ("episode_id", "anchor_key"))
     pd.testing.assert_frame_equal(strings, table)

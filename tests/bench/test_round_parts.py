@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "round_parts.py"
+from tests.bench import load_bench
 
 TIMED = """
 import contextlib
@@ -36,11 +34,7 @@ def block(seconds):
 
 @pytest.fixture(scope="module")
 def round_parts():
-    spec = importlib.util.spec_from_file_location("round_parts_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("round_parts")
 
 
 @pytest.fixture
