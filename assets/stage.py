@@ -14,10 +14,10 @@ sequence around that call:
     4. compute      the asset's own call (skipped on resume)
     5. write        tables validated against their schema and written
                     atomically; folders (written by the call) hashed
-    6. record       the round's MLflow run if this stage created it, every
-                    output in declared order, then the asset's own records,
-                    then the link to the round's MLflow run, in one lineage
-                    session
+    6. record       the round's MLflow run if this stage found or created
+                    it, every output in declared order, then the asset's
+                    own records, then the link to the round's MLflow run,
+                    in one lineage session
     7. log          metrics to the round's MLflow run, each key once          `stage.log`
     8. materialise  the content hash as Dagster's data version                `stage.materialized`
 
@@ -215,6 +215,10 @@ class Stage:
                     self.config.to_dict(),
                 )
                 self.store.record_run(run)
+        for run_id in unrecorded:  # MLflow again: outside the session
+            self.run_id = self.tracker.settle_round_run(
+                self.store, self.experiment, self.round, self.config.to_dict(), run_id, self.run_id
+            )
         return self.resumed
 
     def write(self, frame: pd.DataFrame, schema: str, variant: str = "") -> FileRecord:

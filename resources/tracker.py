@@ -177,6 +177,19 @@ class TrackerResource(dg.ConfigurableResource):
         _RUN_IDS[(store.path, experiment, round_)] = record_tracking_run(store, experiment, round_, run_id)
         return _RUN_IDS[(store.path, experiment, round_)]
 
+    def settle_round_run(
+        self, store: LineageStore, experiment: str, round_: int, config: dict, mine: str, recorded: str
+    ) -> str:
+        """The round's run, once `record_round_run` recorded `recorded` for the run `round_run` left
+        unrecorded (`mine`); talks to MLflow, so outside any lineage session. When another process recorded
+        its own first, that one is checked and reopened as `round_run` does for a recorded run (it may have
+        been closed FAILED since), and `mine`, to which nothing was logged, is closed KILLED, not left
+        RUNNING."""
+        if recorded == mine:
+            return recorded
+        self.close(mine, "KILLED")
+        return self.round_run(store, experiment, round_, config)
+
     def experiment_run(self, store: LineageStore, experiment: str, config: dict) -> str:
         """The experiment's parent run (the config as its params), created on first use."""
         key = (store.path, experiment, EXPERIMENT_RUN_ROUND)
@@ -208,8 +221,9 @@ class TrackerResource(dg.ConfigurableResource):
 
         With `unrecorded`, a round run found or created here is appended to it instead of being recorded in a
         lineage session of its own: the caller records it in its next one (`record_round_run`, which returns
-        the run recorded first, should another process have recorded one in between). The stages do, in the
-        session of their records: the first stage of a round opens one catalog connection fewer.
+        the run recorded first, should another process have recorded one in between), then settles on the
+        recorded one (`settle_round_run`). The stages do, in the session of their records: the first stage of
+        a round opens one catalog connection fewer.
         """
         rounds = (EXPERIMENT_RUN_ROUND, round_)
         known = {r: _RUN_IDS.get((store.path, experiment, r)) for r in rounds}

@@ -1,5 +1,5 @@
 """The round's MLflow run when its first stage records it in its own records session (`unrecorded`): a run
-left unrecorded by a killed process is found again by its tag, and the run recorded first wins."""
+left unrecorded by a killed process is found again by its tag, and the run recorded first wins, reopened."""
 
 from __future__ import annotations
 
@@ -42,10 +42,18 @@ def test_a_run_left_unrecorded_is_found_by_its_tag_and_recorded_once(experiment,
     assert [run.info.run_id for run in tagged] == [created]
 
 
-def test_the_run_recorded_first_is_the_rounds(experiment):
+def test_the_run_recorded_first_is_the_rounds_reopened_and_the_other_closed(experiment):
+    """Another process recorded its own run while this one's stage computed, and closed it FAILED since (its
+    stage failed): this stage logs to that run, reopened, and closes its own."""
     store, tracker, config = experiment
     unrecorded: list[str] = []
     mine = tracker.round_run(store, "delta", 1, config, unrecorded)
-    record_tracking_run(store, "delta", 1, "recorded-by-another-process")
-    assert tracker.record_round_run(store, "delta", 1, mine) == "recorded-by-another-process"
-    assert tracking_run_id(store, "delta", 1) == "recorded-by-another-process"
+    client = tracker.client()
+    theirs = client.create_run(client.get_experiment_by_name("delta").experiment_id).info.run_id
+    record_tracking_run(store, "delta", 1, theirs)
+    client.set_terminated(theirs, "FAILED")
+    recorded = tracker.record_round_run(store, "delta", 1, mine)
+    assert recorded == theirs and tracking_run_id(store, "delta", 1) == theirs
+    assert tracker.settle_round_run(store, "delta", 1, config, mine, recorded) == theirs
+    assert tracker.status(theirs) == "RUNNING" and tracker.status(mine) == "KILLED"
+    assert tracker.round_run(store, "delta", 1, config) == theirs
