@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import importlib
 import sys
@@ -76,9 +77,7 @@ class PartClock:
         self.functions: collections.Counter[str] = collections.Counter()
         """Seconds per wrapped function ("module:attribute"), each outside the others."""
         self._thread: int | None = None
-        self._stack: list[
-            tuple[str, float, list[float]]
-        ] = []  # (part, start, [nested calls' time]) per open call
+        self._stack: list[_OpenCall] = []
         self._undo: list[tuple[object, str, object]] = []
 
     @contextlib.contextmanager
@@ -168,14 +167,23 @@ class PartClock:
         return timed
 
     def _open(self, part: str) -> None:
-        self._stack.append((part, time.perf_counter(), [0.0]))
+        self._stack.append(_OpenCall(part, time.perf_counter()))
 
     def _close(self, target: str) -> None:
-        part, start, nested = self._stack.pop()
-        elapsed = time.perf_counter() - start
-        self.seconds[part] += elapsed - nested[0]
-        self.functions[target] += elapsed - nested[0]
-        if not any(open_part == part for open_part, _, _ in self._stack):
-            self.calls[part] += 1
+        call = self._stack.pop()
+        elapsed = time.perf_counter() - call.start
+        self.seconds[call.part] += elapsed - call.nested
+        self.functions[target] += elapsed - call.nested
+        if not any(outer.part == call.part for outer in self._stack):
+            self.calls[call.part] += 1
         if self._stack:
-            self._stack[-1][2][0] += elapsed
+            self._stack[-1].nested += elapsed
+
+
+@dataclasses.dataclass
+class _OpenCall:
+    """A wrapped call not yet returned: its part, when it began, and the time of the wrapped calls inside it."""
+
+    part: str
+    start: float
+    nested: float = 0.0
