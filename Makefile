@@ -114,10 +114,16 @@ servers:
 # before the rest. The chat policy's rounds (tests/e2e/test_chat_round.py, ~55 s) moved there from the rest on
 # 2026-11-29: in that day's fresh clones the rest ended 60-100 s after the other two streams, alone on one core.
 # The reports of both follow the rest's. Any failing fails.
+# DEV_TESTS (the dagster dev test: a webserver, a daemon and their runs, which mostly wait on the sensor's ticks
+# and Dagster's run monitoring) run in a fourth pytest from the start: at the end of the late tests they ran
+# alone for their last ~2 minutes (a fresh clone at 14:51 on 2026-11-29: the rest ended at 789 s, the faults at
+# 691 s, the late tests at 888 s, 140 s of it the dagster dev test), and their waits now fall while the other
+# streams keep both cores busy. The reaper's tests (~35 s) moved from the rest to the faults' stream with them.
 # Disk: the four venvs take ~8 GB; torch's kernel cache, which vLLM's CPU path fills (GBs over many runs in
 # /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
-SECOND_STREAM := tests/faults tests/scaleout
-LATE_TESTS := tests/e2e/test_dagster_dev.py tests/e2e/test_ui_pages.py tests/bench tests/e2e/test_chat_round.py
+SECOND_STREAM := tests/faults tests/scaleout tests/pipeline/test_reaper.py
+LATE_TESTS := tests/e2e/test_ui_pages.py tests/bench tests/e2e/test_chat_round.py
+DEV_TESTS := tests/e2e/test_dagster_dev.py
 # No stream runs on unseen: a test fails after 25 min (pytest-timeout, pyproject.toml), and a pytest still
 # running at its stream's limit (a hang outside a test, at exit say) is stopped with SIGUSR2 (exit 124; 137 if
 # it had to be killed 60 s later), its threads' stacks written first (tests/conftest.py). The limits (the streams
@@ -149,13 +155,17 @@ test: servers
 		> .pytest-vllm.log 2>&1 & \
 	( $(call STREAM,faults,60m,$(BIN)) --durations=15 $(SECOND_STREAM); echo $$? > .pytest-faults.exit ) \
 		> .pytest-faults.log 2>&1 & \
-	$(call STREAM,rest,60m,$(BIN)) --durations=25 $(SECOND_STREAM:%=--ignore=%) $(LATE_TESTS:%=--ignore=%); \
+	( $(call STREAM,dev,20m,$(BIN)) --durations=5 $(DEV_TESTS); echo $$? > .pytest-dev.exit ) \
+		> .pytest-dev.log 2>&1 & \
+	$(call STREAM,rest,60m,$(BIN)) --durations=25 $(foreach t,$(SECOND_STREAM) $(LATE_TESTS) $(DEV_TESTS),--ignore=$(t)); \
 		echo $$? > .pytest-rest.exit; \
 	wait; \
-	echo "== $(SECOND_STREAM) (the fault matrices, the scale-out), beside the suite:"; cat .pytest-faults.log; \
+	echo "== $(SECOND_STREAM) (the fault matrices, the scale-out, the reaper), beside the suite:"; \
+		cat .pytest-faults.log; \
 	echo "== .venv-vllm and tests/vllm_engine (the real vLLM engine), then $(LATE_TESTS), beside the suite:"; \
 		cat .pytest-vllm.log; \
-	$(BIN)/python scripts/test_report.py rest faults vllm late
+	echo "== $(DEV_TESTS), beside the suite:"; cat .pytest-dev.log; \
+	$(BIN)/python scripts/test_report.py rest faults vllm late dev
 
 # The inner loop: the core's unit and property tests (estimators, config, rollouts, exports, the store,
 # schemas, the import rules, the error classes, the type check), without the tests that run rounds (`slow`), the

@@ -1,6 +1,6 @@
 """How each pytest of `make test` ended, as the last lines of its output (CI shows only the end).
 
-For each stream NAME (`rest`, `faults`, `vllm`, `late`) the Makefile leaves, in the project root:
+For each stream NAME (`rest`, `faults`, `vllm`, `late`, `dev`) the Makefile leaves, in the project root:
 - `.pytest-NAME.exit`: the exit status of its pytest (124: stopped at the stream's limit by `timeout`; 137:
   killed 60 s after that);
 - `.pytest-NAME.xml`: its JUnit report (none when it was stopped before its end, or did not start);
@@ -9,7 +9,7 @@ For each stream NAME (`rest`, `faults`, `vllm`, `late`) the Makefile leaves, in 
 Prints the stacks of the streams that were stopped, then a line per stream (tests, failures, errors, skipped,
 seconds, exit status) and a line per failed test; exits 1 if any stream did not exit 0.
 
-    python scripts/test_report.py rest faults vllm late
+    python scripts/test_report.py rest faults vllm late dev
 """
 
 from __future__ import annotations
