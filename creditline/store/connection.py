@@ -97,11 +97,23 @@ def open_catalog(target: str) -> Iterator[duckdb.DuckDBPyConnection]:
             yield con
 
 
+CHECKPOINT_SETTINGS = {"disabled_compression_methods": "fsst"}
+"""How the catalog's checkpoints compress (every detach after a write checkpoints). Without FSST: trying FSST
+on each string column of every table a write touched took ~10 ms of a detach's ~16 (an artifact, a lineage
+edge and a run recorded, then detached: 16.1 ms against 6.2, this project's catalog after 15 rounds,
+2026-11-29), and it chose FSST for none of them; dictionary and run-length encodings are still tried. The
+cost: string columns FSST would have compressed (paths, at a few thousand rows) are stored uncompressed; a
+catalog of ~6,600 runs and ~10,800 artifacts takes 11.0 MB against 10.5 (docs/benchmarks.md)."""
+
+
 @functools.lru_cache(maxsize=2)
 def _host(pid: int) -> duckdb.DuckDBPyConnection:
     """This process's in-memory DuckDB, the catalog files are attached to (keyed by pid: a forked child
-    makes its own)."""
-    return duckdb.connect()
+    makes its own), with `CHECKPOINT_SETTINGS`."""
+    host = duckdb.connect()
+    for name, value in CHECKPOINT_SETTINGS.items():
+        host.execute(f"SET GLOBAL {name} = '{value}'")
+    return host
 
 
 _FILES: dict[tuple[int, str], tuple[str, int]] = {}
