@@ -133,7 +133,7 @@ DEV_TESTS := tests/e2e/test_dagster_dev.py
 # STREAM leaves (.pytest-NAME.exit, .xml, .stacks).
 LIMIT = timeout --foreground -s USR2 -k 60
 # Every process of the streams but vLLM's runs torch on one thread (OMP_NUM_THREADS=1; the pytest processes
-# themselves already do, tests/conftest.py): three streams share the two cores, and a process whose two OpenMP
+# themselves already do, tests/conftest.py): four streams share the two cores, and a process whose two OpenMP
 # threads meet at every operator's barrier waits there whenever the other core is busy. With a busy loop beside
 # them (as the other streams are), the server profile's test took 100-105 s of wall and 67-71 s of CPU against
 # 116-121 s and 72-73 s (three runs each, alternated), and the dagster dev test with the learning bench's 210 s
