@@ -116,9 +116,10 @@ servers:
 # The reports of both follow the rest's. Any failing fails.
 # DEV_TESTS (the dagster dev test: a webserver, a daemon and their runs, which mostly wait on the sensor's ticks
 # and Dagster's run monitoring) run in a fourth pytest from the start: at the end of the late tests they ran
-# alone for their last ~2 minutes (a fresh clone at 14:51 on 2026-11-29: the rest ended at 789 s, the faults at
-# 691 s, the late tests at 888 s, 140 s of it the dagster dev test), and their waits now fall while the other
-# streams keep both cores busy. The reaper's tests (~35 s) moved from the rest to the faults' stream with them.
+# alone for their last ~2 minutes (a fresh clone at 14:51 on 2026-11-29, from the streams' start: the rest ended
+# at 789 s, the faults at 691 s, the late tests at ~910 s, 140 s of it the dagster dev test), and their waits now
+# fall while the other streams keep both cores busy. The reaper's tests (~35 s) moved from the rest to the
+# faults' stream with them (a fresh clone at 15:52: the three long streams ended within 77 s of each other).
 # Disk: the four venvs take ~8 GB; torch's kernel cache, which vLLM's CPU path fills (GBs over many runs in
 # /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
 SECOND_STREAM := tests/faults tests/scaleout tests/pipeline/test_reaper.py
