@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 
-from tests.bench import load_bench
+from tests.bench import BENCH, load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "advantages.py"
+SCRIPT = BENCH / "advantages.py"
 
 
 def test_a_small_run_prints_every_estimator_against_each_floor():
-    run = subprocess.run([sys.executable, str(BENCH), "--rows", "20000", "--loop-rows", "4000", "--repeats", "1"],
+    run = subprocess.run([sys.executable, str(SCRIPT), "--rows", "20000", "--loop-rows", "4000", "--repeats", "1"],
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert "floor₂, on the table read back from Parquet with string ids" in run.stdout
