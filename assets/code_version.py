@@ -138,6 +138,14 @@ def _add(name: str, package: str, closure: dict[str, Path], pending: list[tuple[
 
 def _source_file(name: str, package: str) -> Path | None:
     """The `.py` file of module `name`, found without importing it (a loaded module's own file first)."""
+    return _source_file_on(name, package, tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_file_on(name: str, package: str, search_path: tuple[str, ...]) -> Path | None:
+    """`_source_file` for one `sys.path`, cached: the assets' closures look up the same modules again and
+    again (3,915 lookups for the eight versions in `pipelines.definitions`; its import took 0.18-0.26 s
+    with the cache, 0.24-0.32 s without, three each, 2026-11-29)."""
     loaded = sys.modules.get(name)
     if loaded is not None and getattr(loaded, "__file__", None):
         return Path(loaded.__file__)
