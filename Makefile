@@ -120,9 +120,12 @@ servers:
 # at 789 s, the faults at 691 s, the late tests at ~910 s, 140 s of it the dagster dev test), and their waits now
 # fall while the other streams keep both cores busy. The reaper's tests (~35 s) moved from the rest to the
 # faults' stream with them (a fresh clone at 15:52: the three long streams ended within 77 s of each other).
+# The reward model's rounds (tests/pipeline/test_reward_model_round.py, ~54 s) joined them on 2026-11-29: in that
+# day's fresh clone at 17:13 the rest still ended last, at 850 s from the start, the faults at 760 s and the late
+# tests at ~770 s, and for those last ~80 s the rest ran alone.
 # Disk: the four venvs take ~8 GB; torch's kernel cache, which vLLM's CPU path fills (GBs over many runs in
 # /tmp), is kept in the clone (.cache/); a passing test's tmp_path is removed when it ends (pyproject.toml).
-SECOND_STREAM := tests/faults tests/scaleout tests/pipeline/test_reaper.py
+SECOND_STREAM := tests/faults tests/scaleout tests/pipeline/test_reaper.py tests/pipeline/test_reward_model_round.py
 LATE_TESTS := tests/e2e/test_ui_pages.py tests/bench tests/e2e/test_chat_round.py
 DEV_TESTS := tests/e2e/test_dagster_dev.py
 # No stream runs on unseen: a test fails after 25 min (pytest-timeout, pyproject.toml), and a pytest still
@@ -161,7 +164,7 @@ test: servers
 	$(call STREAM,rest,60m,$(BIN)) --durations=25 $(foreach t,$(SECOND_STREAM) $(LATE_TESTS) $(DEV_TESTS),--ignore=$(t)); \
 		echo $$? > .pytest-rest.exit; \
 	wait; \
-	echo "== $(SECOND_STREAM) (the fault matrices, the scale-out, the reaper), beside the suite:"; \
+	echo "== $(SECOND_STREAM) (the fault matrices, the scale-out, the reaper, the reward model's rounds), beside the suite:"; \
 		cat .pytest-faults.log; \
 	echo "== .venv-vllm and tests/vllm_engine (the real vLLM engine), then $(LATE_TESTS), beside the suite:"; \
 		cat .pytest-vllm.log; \
