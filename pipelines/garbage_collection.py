@@ -31,9 +31,9 @@ s and comes every ~5–8 rounds of this size.
 A frozen object that later becomes cyclic garbage is never freed (the collector no longer looks at it),
 which is why the collection comes first: what is garbage then is freed then. Over those seven rounds 408
 frozen objects became garbage (tuples, dicts, SQLAlchemy statement parts; no tensor): the freeze's one-time
-cost.
-A process that runs one round (most Dagster step processes, `creditline run` resuming its last round) never
-collects nor freezes; nor does one whose collection is off.
+cost. Freezing stops only the cycle search: a frozen object whose last reference goes is freed at once, as
+before. A process that runs one round (`creditline run` resuming its last round; a step process of the
+multiprocess executor runs none) never collects nor freezes; nor does one whose collection is off.
 """
 
 from __future__ import annotations
