@@ -49,18 +49,16 @@ YOUNGEST_THRESHOLD = 10_000
 
 _ROUNDS_RUN: dict[int, int] = {}
 """pid -> the `rounds_pace` blocks this process has left (keyed by pid: a forked child starts with none)."""
-_FROZEN: set[int] = set()
-"""The pids whose survivors `settle_long_lived` froze."""
 
 
 @contextlib.contextmanager
 def rounds_pace() -> Iterator[None]:
     """Collect cycles at the rounds' pace (`YOUNGEST_THRESHOLD`, never more often than the process already
     does; a threshold of 0, collection off, stays off) inside the block; the process's own thresholds after
-    it. A process's second block starts with `settle_long_lived`."""
+    it. A process's second block starts with `_settle_long_lived`."""
     pid = os.getpid()
-    if _ROUNDS_RUN.get(pid, 0) >= 1:
-        settle_long_lived()
+    if _ROUNDS_RUN.get(pid, 0) == 1:
+        _settle_long_lived()
     before = gc.get_threshold()
     youngest = before[0] and max(before[0], YOUNGEST_THRESHOLD)
     gc.set_threshold(youngest, *before[1:])
@@ -71,13 +69,9 @@ def rounds_pace() -> Iterator[None]:
         _ROUNDS_RUN[pid] = _ROUNDS_RUN.get(pid, 0) + 1
 
 
-def settle_long_lived() -> bool:
-    """Once per process: collect every generation, then freeze what survived, so that no later pass walks it
-    (the module's docstring). True if it did so now; never while collection is off."""
-    pid = os.getpid()
-    if pid in _FROZEN or not gc.isenabled() or gc.get_threshold()[0] == 0:
-        return False
-    gc.collect()
-    gc.freeze()
-    _FROZEN.add(pid)
-    return True
+def _settle_long_lived() -> None:
+    """Collect every generation, then freeze what survived, so that no later pass walks it (the module's
+    docstring); nothing while collection is off."""
+    if gc.isenabled() and gc.get_threshold()[0] != 0:
+        gc.collect()
+        gc.freeze()
