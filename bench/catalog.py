@@ -6,12 +6,19 @@ file until 2026-11-27), side by side in one run on one catalog. Both release the
 A round opens ~23 such connections (one per stage for its reads and one for its records, one per blocking
 check, the round's MLflow run link, the round summary: docs/benchmarks.md).
 
-    .venv/bin/python bench/catalog.py [--transactions 200]
+It also times a stage's records session on a catalog grown to `--rounds` rounds' rows (an artifact with its
+edge and a run recorded through `LineageStore.session`, then detached: the detach checkpoints) with the store's
+row groups (`connection.ROW_GROUP_ROWS`) against DuckDB's default ones, on two copies of one grown catalog, and
+the same session after 6 rounds: the checkpoint rewrites the last row group of each table written, so with the
+default it grew with the catalog.
+
+    .venv/bin/python bench/catalog.py [--transactions 200] [--rounds 2400]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -22,7 +29,7 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from creditline.store import ArtifactRecord, LineageStore  # noqa: E402
+from creditline.store import ArtifactRecord, LineageStore, RunRecord, connection  # noqa: E402
 
 QUERY = "SELECT count(*) FROM artifacts WHERE experiment = ?"
 
@@ -47,9 +54,71 @@ def median_ms(call, times: int) -> float:
     return statistics.median(samples) * 1000
 
 
+KINDS = ("episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation")
+"""The artifacts a default round records."""
+ASSETS = ("rollouts", "scores", "advantages", "checkpoint", "evaluation", "round_summary")
+"""The assets whose runs a default round records, each with the experiment's config (~1.4 KB of JSON)."""
+
+
+def grow(con: duckdb.DuckDBPyConnection, rounds: int) -> None:
+    """A default experiment's rows for `rounds` rounds, shaped as a round records them, in one statement each."""
+    con.execute(
+        "INSERT INTO artifacts SELECT 'exp', r, kind, '', '/data/exp/r' || r || '/' || kind, md5(r || kind), 512, "
+        "'{\"parent_checkpoint\": \"' || md5(r::VARCHAR) || '\"}', now(), 'run-' || r, '[]' "
+        "FROM range(?) t(r), unnest(?::VARCHAR[]) k(kind)",
+        [rounds, list(KINDS)],
+    )
+    con.execute(
+        "INSERT INTO lineage SELECT md5(r || kind), md5(r || 'steps'), 'derived_from' "
+        "FROM range(?) t(r), unnest(?::VARCHAR[]) k(kind) WHERE kind <> 'steps'",
+        [rounds, list(KINDS)],
+    )
+    con.execute(
+        "INSERT INTO runs SELECT 'run-' || r, 'exp', r, asset, md5(r::VARCHAR), 'v1', '{\"config\": \"' || repeat('x', 1350) || '\"}', now() "
+        "FROM range(?) t(r), unnest(?::VARCHAR[]) k(asset)",
+        [rounds, list(ASSETS)],
+    )
+
+
+def records_session(store: LineageStore, n: int) -> None:
+    """What a stage records after its work: an artifact with its edge, and its run, in one session."""
+    with store.session():
+        parent = ("root", "derived_from")
+        store.record_artifact(ArtifactRecord("exp", 10**6 + n, "scores", f"/d/{n}", f"new{n}"), [parent])
+        store.record_run(RunRecord(f"new-{n}", "exp", 10**6 + n, "scores", None, "v1", {"a": "x" * 1365}))
+
+
+def session_ms(path: Path, row_group_rows: int, times: int) -> float:
+    """The median records session on the catalog at `path`, its row groups at most `row_group_rows`."""
+    kept = connection.ROW_GROUP_ROWS
+    connection.ROW_GROUP_ROWS = row_group_rows
+    try:
+        store = LineageStore(path)
+        sessions = iter(range(times))
+        return median_ms(lambda: records_session(store, next(sessions)), times)
+    finally:
+        connection.ROW_GROUP_ROWS = kept
+
+
+def grown_catalogs(folder: Path, rounds: int, times: int) -> dict[int, tuple[float, float]]:
+    """{rounds: (ms with the store's row groups, ms with DuckDB's default)} for 6 and `rounds` rounds."""
+    found = {}
+    for size in (6, rounds):
+        grown = folder / f"grown-{size}.duckdb"
+        store = LineageStore(grown)
+        store.register_experiment("exp", {})
+        with duckdb.connect(str(grown)) as con:  # one row group, as DuckDB's default wrote every catalog
+            grow(con, size)
+        copy = folder / f"grown-{size}-default.duckdb"
+        shutil.copyfile(grown, copy)
+        found[size] = (session_ms(grown, connection.ROW_GROUP_ROWS, times), session_ms(copy, 122_880, times))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transactions", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2400, help="rounds' rows in the grown catalog")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         store = LineageStore(Path(folder) / "lineage.duckdb")
@@ -59,6 +128,7 @@ def main() -> None:
         attached = median_ms(lambda: store.fetchall(QUERY, ["exp"]), args.transactions)
         own = median_ms(lambda: instance_per_transaction(store.path), args.transactions)
         memory = median_ms(lambda: duckdb.connect().close(), args.transactions)
+        grown = grown_catalogs(Path(folder), args.rounds, 30)
     print(f"one lineage transaction, median of {args.transactions}, duckdb {duckdb.__version__}:")
     print(f"  attached to the process's DuckDB (LineageStore): {attached:.2f} ms")
     print(f"  a DuckDB instance of its own (duckdb.connect):    {own:.2f} ms  ({own / attached:.1f}x)")
@@ -66,6 +136,10 @@ def main() -> None:
     print(
         f"  at the 23.5 a round counted in docs/benchmarks.md: {23.5 * attached:.0f} ms against {23.5 * own:.0f} ms"
     )
+    print("a stage's records session (an artifact, its edge and a run, then detached), median of 30:")
+    for size, (small, default) in grown.items():
+        print(f"  after {size:>5} rounds: {small:6.2f} ms with row groups of {connection.ROW_GROUP_ROWS} rows, "
+              f"{default:6.2f} ms with DuckDB's default ({default / small:.1f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -106,6 +106,17 @@ cost: string columns FSST would have compressed (paths, at a few thousand rows) 
 catalog of ~6,600 runs and ~10,800 artifacts takes 11.0 MB against 10.5 (docs/benchmarks.md)."""
 
 
+ROW_GROUP_ROWS = 2048
+"""The catalog file's row groups hold at most this many rows (DuckDB's smallest: one vector), not DuckDB's
+default 122,880. New rows go into a table's last row group, and the checkpoint a detach makes after a write
+rewrites that whole row group: with the default, every table below 122,880 rows is one row group, so a write's
+checkpoint grew with the table. A stage's records session (an artifact, its edge and a run, then detached)
+on a catalog of 2,400 rounds' rows: 20 ms with this, 65 ms with the default; after 6 rounds 14 ms either way
+(2026-11-29, `make bench-catalog`). Given at every attach: DuckDB does not keep it in the file (a checkpoint
+without it may merge the row groups again). In a catalog written with the default, the rows already there stay
+in their large row group, and new rows go into new small ones."""
+
+
 @functools.lru_cache(maxsize=2)
 def _host(pid: int) -> duckdb.DuckDBPyConnection:
     """This process's in-memory DuckDB, the catalog files are attached to (keyed by pid: a forked child
@@ -163,7 +174,7 @@ def _attach(host: duckdb.DuckDBPyConnection, target: str, alias: str) -> None:
     """ATTACH `target` as `alias`; a damaged or newer DuckDB's file is refused in one line naming it."""
     quoted = target.replace("'", "''")  # ATTACH takes no parameters: a quoted literal
     try:
-        host.execute(f"ATTACH '{quoted}' AS {alias}")
+        host.execute(f"ATTACH '{quoted}' AS {alias} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
     except duckdb.Error as error:
         if "created with an newer version" in str(error) or "newer version of DuckDB" in str(error):
             raise CatalogTooNewError(target, duckdb.__version__) from None
