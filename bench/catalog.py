@@ -74,8 +74,8 @@ def grow(con: duckdb.DuckDBPyConnection, rounds: int) -> None:
         [rounds, list(KINDS)],
     )
     con.execute(
-        "INSERT INTO runs SELECT 'run-' || r, 'exp', r, asset, md5(r::VARCHAR), 'v1', '{\"config\": \"' || repeat('x', 1350) || '\"}', now() "
-        "FROM range(?) t(r), unnest(?::VARCHAR[]) k(asset)",
+        "INSERT INTO runs SELECT 'run-' || r, 'exp', r, asset, md5(r::VARCHAR), 'v1', "
+        "'{\"config\": \"' || repeat('x', 1350) || '\"}', now() FROM range(?) t(r), unnest(?::VARCHAR[]) k(asset)",
         [rounds, list(ASSETS)],
     )
 
@@ -138,7 +138,7 @@ def main() -> None:
         f"  at the 23.5 a round counted in docs/benchmarks.md: {23.5 * attached:.0f} ms against {23.5 * own:.0f} ms"
     )
     print(
-        f"a stage's records session (an artifact, its edge and a run, then detached), median of {min(30, args.transactions)}:"
+        f"a stage's records session (an artifact, its edge and a run, then detached), median of {sessions}:"
     )
     for size, (small, default) in grown.items():
         print(f"  after {size:>5} rounds: {small:6.2f} ms with row groups of {connection.ROW_GROUP_ROWS} rows, "
