@@ -33,6 +33,7 @@ PARTS: dict[str, tuple[str, ...]] = {
         "creditline.round:train_policy",
         "creditline.round:evaluate_policy",
         "creditline.policy.models:load_policy",
+        "creditline.policy.models:load_optimizer_state",  # in the replay's training lap too
         "creditline.policy.models:save_policy",
     ),
     "lineage catalog": (
