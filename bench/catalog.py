@@ -56,8 +56,9 @@ def median_ms(call, times: int) -> float:
 
 KINDS = ("episodes", "steps", "scores", "advantages", "checkpoint", "training", "evaluation")
 """The artifacts a default round records."""
-ASSETS = ("rollouts", "scores", "advantages", "checkpoint", "evaluation", "round_summary")
-"""The assets whose runs a default round records, each with the experiment's config (~1.4 KB of JSON)."""
+ASSETS = ("rollouts", "scores", "advantages", "checkpoint", "evaluation")
+"""The assets whose runs a default round records (`assets.stage.Stage.produce`), each with the experiment's config
+(~1.4 KB of JSON)."""
 
 
 def grow(con: duckdb.DuckDBPyConnection, rounds: int) -> None:

@@ -111,7 +111,7 @@ ROW_GROUP_ROWS = 2048
 default 122,880. New rows go into a table's last row group, and the checkpoint a detach makes after a write
 rewrites that whole row group: with the default, every table below 122,880 rows is one row group, so a write's
 checkpoint grew with the table. A stage's records session (an artifact, its edge and a run, then detached)
-on a catalog of 2,400 rounds' rows: 20 ms with this, 57–65 ms with the default; after 6 rounds 14 ms either
+on a catalog of 2,400 rounds' rows: 20–21 ms with this, 56 ms with the default; after 6 rounds 15 ms either
 way (2026-11-29, `make bench-catalog`). Given at every attach: DuckDB does not keep it in the file (a
 checkpoint without it may merge the row groups again). In a catalog written with the default, the rows
 already there stay in their large row group, and new rows go into new small ones."""

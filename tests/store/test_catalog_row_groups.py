@@ -24,10 +24,10 @@ def row_groups(path: Path, table: str) -> list[int]:
         return [count for _, count in rows.fetchall()]
 
 
-def add_runs(con: duckdb.DuckDBPyConnection, first: int = 0) -> None:
+def add_runs(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         "INSERT INTO runs (dagster_run_id, experiment, round, asset, created_at) "
-        f"SELECT 'run-' || range, 'exp', range, 'steps', now() FROM range({first}, {first + ROWS})"
+        f"SELECT 'run-' || range, 'exp', range, 'steps', now() FROM range({ROWS})"
     )
 
 
@@ -60,8 +60,6 @@ def test_new_rows_leave_a_default_catalogs_large_row_group_as_it_is(tmp_path: Pa
 
     store.record_run(run(ROWS))
     store.record_run(run(ROWS + 1))
-    assert row_groups(path, "runs") == [
-        ROWS,
-        2,
-    ]  # the large group is not rewritten; new rows go to a small one
+    # the large row group is not rewritten; the new rows go into a small one
+    assert row_groups(path, "runs") == [ROWS, 2]
     assert [r.round for r in store.runs("exp") if r.dagster_run_id.startswith("new-")] == [ROWS, ROWS + 1]
