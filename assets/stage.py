@@ -17,13 +17,14 @@ sequence around that call:
     6. record       the round's MLflow run if this stage found or created
                     it, every output in declared order, then the asset's
                     own records, then the link to the round's MLflow run,
-                    in one lineage session
+                    in one lineage transaction
     7. log          metrics to the round's MLflow run, each key once          `stage.log`
     8. materialise  the content hash as Dagster's data version                `stage.materialized`
 
-A process killed at any instant leaves a prefix of step 6 recorded, and the next attempt of the stage
-resumes (all outputs recorded and intact) or recomputes and records them all anew (records are upserts
-by key). The fault tests kill it at each boundary (`tests/faults/test_kill_matrix.py`).
+A process killed at any instant leaves all of step 6 recorded or none of it (on a Postgres catalog, where
+each record is a transaction of its own, a prefix of it), and the next attempt of the stage resumes (all
+outputs recorded and intact) or recomputes and records them all anew (records are upserts by key). The
+fault tests kill it at each boundary (`tests/faults/test_kill_matrix.py`).
 
 Lineage reads and records are bursts of DuckDB calls that share one connection (`LineageStore.session`),
 which keeps the catalog locked against other processes while it is open; so the work itself (files,
@@ -197,7 +198,7 @@ class Stage:
             self.run_id = self.tracker.round_run(
                 self.store, self.experiment, self.round, self.config.to_dict(), unrecorded
             )
-        with self.store.session():  # the records only
+        with self.store.session(atomic=True):  # the records only, committed together
             for run_id in unrecorded:
                 self.run_id = self.tracker.record_round_run(self.store, self.experiment, self.round, run_id)
             for output, files, facts in written:
@@ -215,6 +216,7 @@ class Stage:
                     self.config.to_dict(),
                 )
                 self.store.record_run(run)
+        failpoint(f"recorded:{self.asset}")  # committed: a stage boundary
         for run_id in unrecorded:  # MLflow again: outside the session
             self.run_id = self.tracker.settle_round_run(
                 self.store, self.experiment, self.round, self.config.to_dict(), run_id, self.run_id

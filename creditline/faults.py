@@ -13,7 +13,10 @@ dictionary lookup. Names used in the code:
     write:<file name>      a file or folder is complete under its temp name, not yet renamed
     publish:<file name>    a file of an artifact is uploaded to its temporary key in object storage, not moved
     lineage:<kind>         inside the lineage transaction that records an artifact, before COMMIT
-    after:<kind>           an artifact is recorded; the next stage has not started (a stage boundary)
+    after:<kind>           an artifact's record is written, inside its stage's records transaction
+                           (`assets.stage.Stage.produce`), not yet committed
+    recorded:<asset>       a stage's records are committed; its metrics are not logged yet, the next
+                           stage has not started (a stage boundary)
     train:update           after each optimiser update of the trainer
     mlflow:<asset>         an asset's metrics are sent to MLflow, its run row not yet in DuckDB
     commit:round           everything of the round is written but its commit point

@@ -170,12 +170,14 @@ class TrackerResource(dg.ConfigurableResource):
         if unrecorded is not None:
             unrecorded.append(run_id)
             return run_id
-        return self.record_round_run(store, experiment, round_, run_id)
+        _RUN_IDS[key] = self.record_round_run(store, experiment, round_, run_id)
+        return _RUN_IDS[key]
 
     def record_round_run(self, store: LineageStore, experiment: str, round_: int, run_id: str) -> str:
-        """Record `run_id` as the round's run unless one is recorded (first writer wins); the one recorded."""
-        _RUN_IDS[(store.path, experiment, round_)] = record_tracking_run(store, experiment, round_, run_id)
-        return _RUN_IDS[(store.path, experiment, round_)]
+        """Record `run_id` as the round's run unless one is recorded (first writer wins); the one recorded.
+        Not remembered here: inside a stage's records the record is not committed yet (`settle_round_run`
+        remembers it after)."""
+        return record_tracking_run(store, experiment, round_, run_id)
 
     def settle_round_run(
         self, store: LineageStore, experiment: str, round_: int, config: dict, mine: str, recorded: str
@@ -186,6 +188,7 @@ class TrackerResource(dg.ConfigurableResource):
         been closed FAILED since), and `mine`, to which nothing was logged, is closed KILLED, not left
         RUNNING."""
         if recorded == mine:
+            _RUN_IDS[(store.path, experiment, round_)] = recorded
             return recorded
         self.close(mine, "KILLED")
         return self.round_run(store, experiment, round_, config)

@@ -265,14 +265,20 @@ def _attempt(path: str, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
 
 def run_in_transaction(con: duckdb.DuckDBPyConnection, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
     """``work`` inside one transaction on an open connection: committed, or rolled back if it raises."""
+    with one_transaction(con):
+        return work(con)
+
+
+@contextlib.contextmanager
+def one_transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block as one transaction on an open connection: committed at its end, rolled back if it raises."""
     con.begin()
     try:
-        result = work(con)
+        yield
     except BaseException:
         con.rollback()
         raise
     con.commit()
-    return result
 
 
 @contextlib.contextmanager

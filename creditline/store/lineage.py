@@ -36,6 +36,7 @@ from creditline.store.connection import (
     RetryPolicy,
     held_connection,
     is_postgres,
+    one_transaction,
     run_in_transaction,
     run_transaction,
 )
@@ -169,7 +170,8 @@ class LineageStore:
         return f"LineageStore({redact(self.path)!r})"
 
     def transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-        """Run ``work`` as one retried transaction, creating the schema in the first one."""
+        """Run ``work`` as one retried transaction, creating the schema in the first one. Inside an atomic
+        `session` it is part of the session's one transaction instead."""
         needs_schema = not self._schema_ready
 
         def with_schema(con: duckdb.DuckDBPyConnection) -> T:
@@ -180,6 +182,10 @@ class LineageStore:
         if needs_schema and not is_postgres(self.path):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         held = getattr(self._session, "con", None)
+        if held is not None and self._session.atomic:
+            result = with_schema(held)  # committed (or rolled back) with the session
+            self._session.schema_made = self._session.schema_made or needs_schema
+            return result
         if held is not None:
             result = run_in_transaction(held, with_schema)
         else:
@@ -188,26 +194,40 @@ class LineageStore:
         return result
 
     @contextlib.contextmanager
-    def session(self) -> Iterator[LineageStore]:
+    def session(self, atomic: bool = False) -> Iterator[LineageStore]:
         """The calls inside the block share one connection (each still its own transaction).
 
         For a burst of lineage calls, such as a stage's reads before its work, or its records after: the
         catalog file stays locked against other processes until the block ends, so never wrap the work
         itself. Nested sessions use the outer one; other threads wait for the block to end.
 
-        On Postgres a session shares nothing: a transaction there costs a cursor (~1 ms), locks no file, and
-        must be free to retry alone when another writer's transaction conflicts with it.
+        `atomic`: the block's calls are one transaction instead, committed when the block ends and rolled
+        back if it raises, so a process killed inside it leaves none of them recorded. A stage's records
+        are (`assets.stage.Stage.produce`): one commit (one write-ahead-log flush) instead of one per record.
+        Nothing can conflict with it: the file's lock keeps other processes out and `CATALOG_TURN` this
+        process's other threads. Inside a session that is not atomic, the calls join the outer one, each its
+        own transaction.
+
+        On Postgres a session shares nothing, `atomic` included: a transaction there costs a cursor (~1 ms),
+        locks no file, and must be free to retry alone when another writer's transaction conflicts with it.
+        So there a killed process may leave a prefix of an atomic block's calls recorded, which every caller
+        handles (records are upserts by key).
         """
         if getattr(self._session, "con", None) is not None or is_postgres(self.path):
             yield self
             return
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with held_connection(self.path, self.retry) as con:
-            self._session.con = con
+            self._session.con, self._session.atomic, self._session.schema_made = con, atomic, False
             try:
-                yield self
+                if atomic:
+                    with one_transaction(con):
+                        yield self
+                    self._schema_ready = self._schema_ready or self._session.schema_made
+                else:
+                    yield self
             finally:
-                self._session.con = None
+                self._session.con, self._session.atomic = None, False
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self.transaction(lambda con: con.execute(sql, params).fetchall())

@@ -41,8 +41,8 @@ def _two_rounds(root: Path) -> Path:
     return root
 
 
-def _killed_after_steps(root: Path, cli: PreloadedCli) -> Path:
-    assert cli.killed_at(root, "after:steps:1", *RUN).returncode == -9
+def _killed_after_rollouts(root: Path, cli: PreloadedCli) -> Path:
+    assert cli.killed_at(root, "recorded:rollouts:1", *RUN).returncode == -9
     return root
 
 
@@ -58,7 +58,7 @@ PREPARE = {"edited": _one_round, "tracking": _one_round, "parent": _one_round, "
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory, preloaded_cli) -> dict[str, Path]:
     prepared = {name: prepare(tmp_path_factory.mktemp(name)) for name, prepare in PREPARE.items()}
-    return prepared | {"killed": _killed_after_steps(tmp_path_factory.mktemp("killed"), preloaded_cli)}
+    return prepared | {"killed": _killed_after_rollouts(tmp_path_factory.mktemp("killed"), preloaded_cli)}
 
 
 def _sql(root: Path, sql: str, params: list | None = None) -> list:

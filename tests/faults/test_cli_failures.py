@@ -84,7 +84,7 @@ def test_a_failed_blocking_check_is_reported_in_error_lines_and_exit_2(tmp_path,
     """The steps table is corrupted after it was written and before its check ran (the run stopped in between):
     a re-run would regenerate it (the round is not committed), so the check is what must catch it here."""
     run = ("run", "--experiment", "checked", "--config", str(TINY))
-    paused = preloaded_cli.start(*run, env=_env(tmp_path, "after:steps:1", "STOP"))
+    paused = preloaded_cli.start(*run, env=_env(tmp_path, "recorded:rollouts:1", "STOP"))
     try:
         paused.wait_stopped()
         steps = tmp_path / "checked" / "r001" / "steps.parquet"

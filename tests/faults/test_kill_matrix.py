@@ -34,18 +34,24 @@ pytestmark = pytest.mark.slow
 TINY = Path(__file__).resolve().parents[1] / "tiny_experiment.toml"
 EXPERIMENT = "faults"
 
+CHECKPOINT_UNCOMMITTED = "checkpoint: its folder's record written, the training table's not (round 2)"
+REWARD_MODEL_UNCOMMITTED = "reward model: its record written, its values' not (round 1)"
+UNCOMMITTED = {CHECKPOINT_UNCOMMITTED: (2, "checkpoint"), REWARD_MODEL_UNCOMMITTED: (1, "reward_model")}
+"""Cases killed inside a stage's records transaction, after the record of the named (round, kind) was written:
+none of the stage's records may be in the catalog after the kill (`LineageStore.session(atomic=True)`)."""
+
 # (case, failpoint spec). Round 1 writes the initial policy folder and evaluates it too, so the n-th hit
 # of some failpoints falls in round 1 or 2 as the comment says. tiny_experiment.toml: 2 updates a round.
 CASES = [
     ("rollouts: mid-write of episodes (round 1)", "write:episodes.parquet:1"),
-    ("boundary rollouts → scores (round 2)", "after:steps:2"),
+    ("boundary rollouts → scores (round 2)", "recorded:rollouts:2"),
     ("scores: mid-write (round 2)", "write:scores.parquet:2"),
     ("scores: inside the lineage transaction (round 1)", "lineage:scores:1"),
     ("advantages: mid-write (round 1)", "write:advantages.parquet:1"),
-    ("boundary advantages → training (round 2)", "after:advantages:2"),
+    ("boundary advantages → training (round 2)", "recorded:advantages:2"),
     ("training: after an update (round 2)", "train:update:3"),
     ("checkpoint: folder complete, not renamed (round 1)", "write:policy:2"),
-    ("checkpoint: inside the lineage transaction (round 2)", "lineage:checkpoint:2"),
+    (CHECKPOINT_UNCOMMITTED, "lineage:training:2"),
     ("evaluation: mid-write (round 1, the initial policy's)", "write:evaluation.parquet:1"),
     ("MLflow logging of training (round 1)", "mlflow:checkpoint:1"),
     ("MLflow logging of evaluation (round 2)", "mlflow:evaluation:2"),
@@ -54,7 +60,7 @@ CASES = [
 PRIME = Path(__file__).resolve().parents[1] / "tiny_prime_experiment.toml"
 PRIME_CASES = [  # the step-reward model's two artifacts (estimator prime), against a prime reference run
     ("reward model: folder complete, not renamed (round 2)", "write:reward_model:2"),
-    ("reward model recorded, its values not (round 1)", "after:reward_model:1"),
+    (REWARD_MODEL_UNCOMMITTED, "after:reward_model:1"),
 ]
 
 
@@ -73,6 +79,8 @@ class Outcome:
     checkpoints: dict[int, str] = field(default_factory=dict)
     failed_runs: int = 0
     running_mlflow: int = 0
+    recorded_after_kill: list[tuple[int, str]] = field(default_factory=list)
+    """(round, kind) of every artifact in the catalog right after the kill."""
 
 
 def _temp_files(data_root: Path) -> list[str]:
@@ -107,7 +115,12 @@ def _state(data_root: Path, outcome: Outcome) -> Outcome:
 
 def _kill(cli: PreloadedCli, data_root: Path, fault: str, config: Path) -> Outcome:
     killed = cli.killed_at(data_root, fault, *_run(config))
-    return Outcome(killed_rc=killed.returncode, temp_after_kill=len(_temp_files(data_root)))
+    outcome = Outcome(killed_rc=killed.returncode, temp_after_kill=len(_temp_files(data_root)))
+    if (data_root / "lineage.duckdb").exists():
+        with duckdb.connect(str(data_root / "lineage.duckdb"), read_only=True) as con:
+            outcome.recorded_after_kill = con.execute(
+                "SELECT round, kind FROM artifacts WHERE experiment = ? ORDER BY ALL", [EXPERIMENT]).fetchall()  # fmt: skip
+    return outcome
 
 
 def _run(config: Path) -> tuple[str, ...]:
@@ -186,3 +199,12 @@ def test_a_killed_run_is_completed_by_a_plain_rerun(matrix, case):
     outcome = outcomes[case]
     assert _problems(references["prime" if case in dict(PRIME_CASES) else "tiny"], outcome) == []
     assert "cleaned up dagster run" in outcome.rerun_stdout  # the dead run was reclaimed, and said so
+
+
+@pytest.mark.parametrize("case", list(UNCOMMITTED))
+def test_a_stage_killed_inside_its_records_leaves_none_of_them(matrix, case):
+    """The kill came after one of the stage's records was written and before the others: the catalog holds none
+    of them, and what the round recorded before the stage is there."""
+    recorded = matrix[1][case].recorded_after_kill
+    round_, kind = UNCOMMITTED[case]
+    assert (round_, kind) not in recorded and (round_, "steps") in recorded, recorded

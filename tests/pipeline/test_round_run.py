@@ -57,3 +57,21 @@ def test_the_run_recorded_first_is_the_rounds_reopened_and_the_other_closed(expe
     assert tracker.settle_round_run(store, "delta", 1, config, mine, recorded) == theirs
     assert tracker.status(theirs) == "RUNNING" and tracker.status(mine) == "KILLED"
     assert tracker.round_run(store, "delta", 1, config) == theirs
+
+
+def test_a_run_recorded_in_records_that_were_rolled_back_is_recorded_by_the_next_attempt(experiment):
+    """The stage's records (the round's run among them) are one transaction: when it rolls back, this process
+    must not take the run for recorded; the next attempt of the stage records it."""
+    store, tracker, config = experiment
+    unrecorded: list[str] = []
+    created = tracker.round_run(store, "delta", 1, config, unrecorded)
+    with pytest.raises(RuntimeError), store.session(atomic=True):
+        assert tracker.record_round_run(store, "delta", 1, created) == created
+        raise RuntimeError("a later record failed")
+    assert tracking_run_id(store, "delta", 1) is None
+    again: list[str] = []
+    assert tracker.round_run(store, "delta", 1, config, again) == created and again == [created]
+    with store.session(atomic=True):
+        recorded = tracker.record_round_run(store, "delta", 1, created)
+    assert tracker.settle_round_run(store, "delta", 1, config, created, recorded) == created
+    assert tracking_run_id(store, "delta", 1) == created
