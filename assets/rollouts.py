@@ -74,7 +74,7 @@ def rollouts(
 
     with stage.reads():
         parent = parent_record(store, experiment, round_)
-        source = store.artifact(experiment, round_, "source")
+        source = stage.recorded("source")
         play = source is None and bool(config.verifiers.env_id)  # a verifiers environment plays the round
         if not play:
             episodes, steps = declare(source)

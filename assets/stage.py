@@ -112,6 +112,8 @@ class Stage:
             experiment, round_ = parse_round_key(context.partition_key)
         self.experiment, self.round = experiment, round_
         self.outputs: list[Output] = []
+        self._round_records: dict[tuple[str, str], ArtifactRecord] | None = None
+        """(kind, variant) -> this round's record, inside `reads`."""
         self.run_id: str | None = None
         """The round's MLflow run (set when the outputs are recorded)."""
         self.resumed = False
@@ -128,15 +130,33 @@ class Stage:
 
     @contextlib.contextmanager
     def reads(self) -> Iterator[Stage]:
-        """The block for the stage's lineage reads (and output declarations): one catalog connection."""
+        """The block for the stage's lineage reads (and output declarations): one catalog connection, and
+        one query for the round's records, from which `recorded`, `input` and the declarations are answered
+        inside it (the records as the block found them: nothing is recorded inside it)."""
         with self.store.session():
-            yield self
+            self._round_records = {
+                (record.kind, record.variant): record
+                for record in self.store.artifacts(self.experiment, self.round)
+            }
+            try:
+                yield self
+            finally:
+                self._round_records = None
+
+    def recorded(self, kind: str, variant: str = "") -> ArtifactRecord | None:
+        """This round's record of `kind` (and `variant`), or None."""
+        if self._round_records is None:  # outside `reads`
+            return self.store.artifact(self.experiment, self.round, kind, variant)
+        return self._round_records.get((kind, variant))
 
     def input(self, kind: str, variant: str = "", round_: int | None = None) -> ArtifactRecord:
         """The recorded input `kind` of this round (or `round_`); a clear error when it is not recorded."""
-        return lookup_artifact(
-            self.store, self.experiment, self.round if round_ is None else round_, kind, variant
-        )
+        if round_ is not None and round_ != self.round:
+            return lookup_artifact(self.store, self.experiment, round_, kind, variant)
+        record = self.recorded(kind, variant)
+        if record is None:
+            raise not_recorded(self.experiment, self.round, kind, variant)
+        return self.store.ensure_local(record)
 
     def table(
         self,
@@ -158,7 +178,7 @@ class Stage:
 
     def _declare(self, output: Output) -> Output:
         parents = _resolve(output.parents, lambda o: o.earlier)
-        record = self.store.artifact(self.experiment, self.round, output.kind, output.variant)
+        record = self.recorded(output.kind, output.variant)
         output.earlier = None if parents is None else matching_output(record, parents, output.meta)
         self.outputs.append(output)
         return output
@@ -331,10 +351,14 @@ def lookup_artifact(
     here)."""
     record = store.artifact(experiment, round_, kind, variant)
     if record is None:
-        raise FileNotFoundError(
-            f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
-        )
+        raise not_recorded(experiment, round_, kind, variant)
     return store.ensure_local(record)
+
+
+def not_recorded(experiment: str, round_: int, kind: str, variant: str) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
+    )
 
 
 def read_checked(record: ArtifactRecord, categories: Sequence[str] = ()) -> pd.DataFrame:

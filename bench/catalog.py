@@ -12,6 +12,11 @@ row groups (`connection.ROW_GROUP_ROWS`) against DuckDB's default ones, on two c
 the same session after 6 rounds: the checkpoint rewrites the last row group of each table written, so with the
 default it grew with the catalog.
 
+And, after 6 rounds, a stage's two sessions the way the stages hold them against the way they did before
+2026-11-29 (evening), alternated: the records in one transaction (`LineageStore.session(atomic=True)`) against
+one transaction per record, and the reads with the round's records fetched by one query (`Stage.reads`) against
+one query per record.
+
     .venv/bin/python bench/catalog.py [--transactions 200] [--rounds 2400]
 """
 
@@ -81,12 +86,54 @@ def grow(con: duckdb.DuckDBPyConnection, rounds: int) -> None:
     )
 
 
-def records_session(store: LineageStore, n: int) -> None:
-    """What a stage records after its work: an artifact with its edge, and its run, in one session."""
-    with store.session():
+def records_session(
+    store: LineageStore, n: int, kinds: tuple[str, ...] = ("scores",), atomic: bool = True
+) -> None:
+    """What a stage records after its work: its artifacts (`kinds`) with their edges, and its run, in one session:
+    one transaction (`atomic`, as `Stage.produce` records), or one per record."""
+    with store.session(atomic=atomic):
         parent = ("root", "derived_from")
-        store.record_artifact(ArtifactRecord("exp", 10**6 + n, "scores", f"/d/{n}", f"new{n}"), [parent])
-        store.record_run(RunRecord(f"new-{n}", "exp", 10**6 + n, "scores", None, "v1", {"a": "x" * 1365}))
+        for kind in kinds:
+            store.record_artifact(
+                ArtifactRecord("exp", 10**6 + n, kind, f"/d/{n}/{kind}", f"new{n}{kind}"), [parent]
+            )
+        store.record_run(RunRecord(f"new-{n}", "exp", 10**6 + n, kinds[0], None, "v1", {"a": "x" * 1365}))
+
+
+def reads_session(store: LineageStore, round_: int, one_query: bool) -> None:
+    """What the checkpoint stage reads before its work: its two inputs, the parent checkpoint and what an earlier
+    attempt recorded under its two outputs' keys; this round's four by one query of the round's records (as
+    `Stage.reads` does), or by one query each."""
+    with store.session():
+        if one_query:
+            found = {r.kind: r for r in store.artifacts("exp", round_)}
+            [found.get(kind) for kind in ("steps", "advantages", "checkpoint", "training")]
+        else:
+            [
+                store.artifact("exp", round_, kind)
+                for kind in ("steps", "advantages", "checkpoint", "training")
+            ]
+        store.artifact("exp", round_ - 1, "checkpoint")
+
+
+def stage_sessions(path: Path, times: int) -> dict[str, tuple[float, float]]:
+    """A stage's two sessions each way, alternated, on the catalog at `path`: {session: (ms the stages' way, ms the
+    other)}."""
+    store = LineageStore(path)
+    samples: dict[str, tuple[list[float], list[float]]] = {"records": ([], []), "reads": ([], [])}
+    for n in range(times):
+        for way, timed in ((0, True), (1, False)):
+            start = time.perf_counter()
+            records_session(
+                store, 10**5 + 2 * n + way, ("episodes", "steps"), atomic=timed
+            )  # keys not yet recorded
+            samples["records"][way].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            reads_session(store, 3, one_query=timed)
+            samples["reads"][way].append(time.perf_counter() - start)
+    return {
+        name: (statistics.median(a) * 1000, statistics.median(b) * 1000) for name, (a, b) in samples.items()
+    }
 
 
 def session_ms(path: Path, row_group_rows: int, times: int) -> float:
@@ -131,6 +178,7 @@ def main() -> None:
         own = median_ms(lambda: instance_per_transaction(store.path), args.transactions)
         memory = median_ms(lambda: duckdb.connect().close(), args.transactions)
         grown = grown_catalogs(Path(folder), args.rounds, sessions)
+        stages = stage_sessions(Path(folder) / "grown-6.duckdb", sessions)
     print(f"one lineage transaction, median of {args.transactions}, duckdb {duckdb.__version__}:")
     print(f"  attached to the process's DuckDB (LineageStore): {attached:.2f} ms")
     print(f"  a DuckDB instance of its own (duckdb.connect):    {own:.2f} ms  ({own / attached:.1f}x)")
@@ -144,6 +192,13 @@ def main() -> None:
     for size, (small, default) in grown.items():
         print(f"  after {size:>5} rounds: {small:6.2f} ms with row groups of {connection.ROW_GROUP_ROWS} rows, "
               f"{default:6.2f} ms with DuckDB's default ({default / small:.1f}x)")  # fmt: skip
+    print(f"a stage's sessions after 6 rounds, each way alternated, median of {sessions}:")
+    ours, other = stages["records"]
+    print(f"  the rollouts' records (two artifacts, their edges, the run): {ours:6.2f} ms in one transaction, "
+          f"{other:6.2f} ms one per record ({other / ours:.2f}x)")  # fmt: skip
+    ours, other = stages["reads"]
+    print(f"  the checkpoint's reads (five records, two rounds):          {ours:6.2f} ms the round's by one query, "
+          f"{other:6.2f} ms one query each ({other / ours:.2f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -18,3 +18,7 @@ def test_a_short_run_times_both_ways_side_by_side():
     for rounds in (6, 40):
         assert re.search(rf"after +{rounds} rounds: +[\d.]+ ms with row groups of 2048 rows, +[\d.]+ ms with "
                          r"DuckDB's default \([\d.]+x\)", run.stdout), run.stdout  # fmt: skip
+    assert re.search(r"the rollouts' records .*: +[\d.]+ ms in one transaction, +[\d.]+ ms one per record "
+                     r"\([\d.]+x\)", run.stdout), run.stdout  # fmt: skip
+    assert re.search(r"the checkpoint's reads .*: +[\d.]+ ms the round's by one query, +[\d.]+ ms one query each "
+                     r"\([\d.]+x\)", run.stdout), run.stdout  # fmt: skip
