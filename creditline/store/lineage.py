@@ -205,8 +205,8 @@ class LineageStore:
         back if it raises, so a process killed inside it leaves none of them recorded. A stage's records
         are (`assets.stage.Stage.produce`): one commit (one write-ahead-log flush) instead of one per record.
         Nothing can conflict with it: the file's lock keeps other processes out and `CATALOG_TURN` this
-        process's other threads. Inside a session that is not atomic, the calls join the outer one, each its
-        own transaction.
+        process's other threads. A call that raises inside it is not undone alone: let the exception end the
+        block. Inside a session that is not atomic, the calls join the outer one, each its own transaction.
 
         On Postgres a session shares nothing, `atomic` included: a transaction there costs a cursor (~1 ms),
         locks no file, and must be free to retry alone when another writer's transaction conflicts with it.
