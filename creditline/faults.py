@@ -18,7 +18,7 @@ dictionary lookup. Names used in the code:
     recorded:<asset>       a stage's records are committed; its metrics are not logged yet, the next
                            stage has not started (a stage boundary)
     train:update           after each optimiser update of the trainer
-    mlflow:<asset>         an asset's metrics are sent to MLflow, its run row not yet in DuckDB
+    mlflow:<asset>         an asset's metrics are sent to MLflow; it has not materialised yet
     commit:round           everything of the round is written but its commit point
 """
 

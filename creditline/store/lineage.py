@@ -195,7 +195,7 @@ class LineageStore:
 
     @contextlib.contextmanager
     def session(self, atomic: bool = False) -> Iterator[LineageStore]:
-        """The calls inside the block share one connection (each still its own transaction).
+        """The calls inside the block share one connection (each still its own transaction, unless `atomic`).
 
         For a burst of lineage calls, such as a stage's reads before its work, or its records after: the
         catalog file stays locked against other processes until the block ends, so never wrap the work
@@ -206,13 +206,16 @@ class LineageStore:
         are (`assets.stage.Stage.produce`): one commit (one write-ahead-log flush) instead of one per record.
         Nothing can conflict with it: the file's lock keeps other processes out and `CATALOG_TURN` this
         process's other threads. A call that raises inside it is not undone alone: let the exception end the
-        block. Inside a session that is not atomic, the calls join the outer one, each its own transaction.
+        block. Inside an atomic session a session joins it; an atomic one inside a plain one is refused
+        (`RuntimeError`): its calls would each commit on their own.
 
         On Postgres a session shares nothing, `atomic` included: a transaction there costs a cursor (~1 ms),
         locks no file, and must be free to retry alone when another writer's transaction conflicts with it.
         So there a killed process may leave a prefix of an atomic block's calls recorded, which every caller
         handles (records are upserts by key).
         """
+        if getattr(self._session, "con", None) is not None and atomic and not self._session.atomic:
+            raise RuntimeError("an atomic lineage session cannot open inside a plain one")
         if getattr(self._session, "con", None) is not None or is_postgres(self.path):
             yield self
             return

@@ -71,7 +71,7 @@ def dagster_dev(tmp_path):
         **{k: v for k, v in os.environ.items() if k != SIGNAL_ENV},
         "CREDITLINE_DATA_ROOT": str(data_root),
         "DAGSTER_HOME": str(dagster_home(data_root)),
-        FAULT_ENV: "after:steps",
+        FAULT_ENV: "recorded:rollouts",
         ONCE_ENV: str(tmp_path / "killed"),
     }
     port = free_port()

@@ -93,3 +93,18 @@ def test_a_process_killed_inside_the_block_leaves_its_records_only_when_not_atom
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert [a.kind for a in store.artifacts("exp")] == ([] if atomic else ["episodes", "steps"])
     assert store.parents("h-episodes") == ([] if atomic else [("p", "generated_from")])
+
+
+def test_an_atomic_block_inside_a_plain_one_is_refused_and_a_plain_one_inside_an_atomic_one_joins_it(
+    tmp_path: Path,
+) -> None:
+    store = LineageStore(tmp_path / "lineage.duckdb")
+    store.register_experiment("exp", {})
+    with store.session(), pytest.raises(RuntimeError, match="atomic lineage session"):
+        with store.session(atomic=True):
+            pass
+    with pytest.raises(Refused), store.session(atomic=True):
+        with store.session():
+            _records(store)
+        raise Refused
+    assert store.artifacts("exp") == []
