@@ -48,7 +48,7 @@ def _evaluate_policy(
 
     evaluation: list[EvaluationRecord] = []
 
-    def record_summary(store):  # upserted, also on resume: a kill may have come between the two records
+    def record_summary(store):  # upserted, also on resume (on Postgres a kill may split the records)
         summary = {name: output.record.meta[name] for name in SUMMARY_FIELDS}
         evaluation.append(
             store.record_evaluation(EvaluationRecord(config.name, round_, policy.content_hash, **summary))
