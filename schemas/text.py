@@ -15,7 +15,7 @@ from pandera import dtypes
 from pandera.engines import pandas_engine
 
 
-def _all_strings(values: object) -> bool:
+def all_strings(values: object) -> bool:
     """True when `values` is an object Series whose non-null values are all `str` (or that has none)."""
     return (
         isinstance(values, pd.Series)
@@ -30,11 +30,11 @@ class Text(pandas_engine.NpString):
     """A column of Python strings (nulls where the field is nullable), as pandera's `str`."""
 
     def coerce(self, data_container):
-        if _all_strings(data_container):
+        if all_strings(data_container):
             return data_container  # str(x) of a str is x: pandera's coercion would return equal values
         return super().coerce(data_container)
 
     def check(self, pandera_dtype, data_container=None):
-        if data_container is not None and _all_strings(data_container):
+        if data_container is not None and all_strings(data_container):
             return True  # pandera's per-value check passes every value of such a column
         return super().check(pandera_dtype, data_container)
