@@ -35,6 +35,7 @@ BROKEN = {
     "an integer column of words": lambda f: f.assign(task_id=["a", "b", "c"]),
     "a negative step": lambda f: f.assign(step_idx=[0, -1, 0]),
     "a float round": lambda f: f.assign(round=[1.5, 1.0, 1.0]),
+    "a column twice": lambda f: pd.concat([f, f[["task_id"]]], axis=1),
 }
 """What else is wrong with the table (pandera must refuse each, or coerce it)."""
 
