@@ -153,10 +153,9 @@ class Stage:
         """The recorded input `kind` of this round (or `round_`); a clear error when it is not recorded."""
         if round_ is not None and round_ != self.round:
             return lookup_artifact(self.store, self.experiment, round_, kind, variant)
-        record = self.recorded(kind, variant)
-        if record is None:
-            raise not_recorded(self.experiment, self.round, kind, variant)
-        return self.store.ensure_local(record)
+        return local_record(
+            self.store, self.recorded(kind, variant), self.experiment, self.round, kind, variant
+        )
 
     def table(
         self,
@@ -350,15 +349,19 @@ def lookup_artifact(
     """The recorded artifact (a lineage read; its bytes are fetched from object storage only if missing
     here)."""
     record = store.artifact(experiment, round_, kind, variant)
+    return local_record(store, record, experiment, round_, kind, variant)
+
+
+def local_record(
+    store: LineageStore, record: ArtifactRecord | None, experiment: str, round_: int, kind: str, variant: str
+) -> ArtifactRecord:
+    """`record` (the one under this key, or None), its bytes fetched as `lookup_artifact` says; a clear error
+    when it is not recorded."""
     if record is None:
-        raise not_recorded(experiment, round_, kind, variant)
+        raise FileNotFoundError(
+            f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
+        )
     return store.ensure_local(record)
-
-
-def not_recorded(experiment: str, round_: int, kind: str, variant: str) -> FileNotFoundError:
-    return FileNotFoundError(
-        f"{experiment} round {round_}: no {kind!r} artifact (variant {variant!r}) recorded"
-    )
 
 
 def read_checked(record: ArtifactRecord, categories: Sequence[str] = ()) -> pd.DataFrame:
