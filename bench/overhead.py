@@ -21,7 +21,9 @@ against an instance configured as `make run`'s) whose bodies do nothing: its wal
 run costs here (planning, pool claims, each input's data version looked up, the event log in sqlite), the floor
 of the overhead.
 What is ours is the rest: `own overhead: X s a round`, the mean over the measured rounds of Dagster wall − core
-work − the hollow round's wall (its parts printed beside it).
+work − the hollow round's wall (its parts printed beside it), ± the half-width of its 95 % t-interval over those
+rounds: one round's figure moves by tenths of a second with the machine's pace, so a mean over 8 rounds is known to
+about ±0.1 s, and two codes compared by it must differ by more.
 
 The functions of each part of a round (the core work, the lineage catalog, MLflow, the tables read and written,
 their schema checks, hashing, the charts; `round_parts.PARTS`) are timed inside this code's Dagster rounds too, each
@@ -56,6 +58,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from round_parts import CORE, PARTS, PartClock  # noqa: E402
 
+from creditline.comparison import mean_ci  # noqa: E402
 from creditline.config import ExperimentConfig  # noqa: E402
 from creditline.credit.round_advantages import step_advantages  # noqa: E402
 from creditline.engines import TorchEngine  # noqa: E402
@@ -248,6 +251,7 @@ def main() -> None:
     overheads: dict[str, list[float]] = {side: [] for side in sides}  # Dagster wall − core work, a round
     walls: list[float] = []  # this code's Dagster rounds
     cores: list[float] = []
+    inside: list[float] = []  # this code's core work timed inside its Dagster rounds
     floor: list[float] = []  # the hollow rounds, one beside each measured round
     table: list[str] = []
     if creditline(["run", "--data-root", str(root), "--rounds", "1"]) != 0:
@@ -257,8 +261,10 @@ def main() -> None:
     with clock.installed():
         for round_ in range(2, args.rounds + 1):
             # each round, its replay and a hollow round back to back: the machine's speed drifts over minutes
+            timed_before = clock.seconds[CORE]
             if creditline(["run", "--data-root", str(root), "--rounds", str(round_)]) != 0:
                 raise SystemExit("creditline run failed")
+            inside.append(clock.seconds[CORE] - timed_before)
             recorded = {side: recorded_round(folder, config.name, round_) for side, folder in sides.items()}
             with tempfile.TemporaryDirectory() as scratch, rounds_pace():  # the pace a round collects at
                 parent = recorded[THIS][3]
@@ -290,18 +296,26 @@ def main() -> None:
     hollow_mean = statistics.mean(floor)
     for side, values in overheads.items():  # ours: what a round costs beyond its work and Dagster's own run
         label = "" if side == THIS else f" ({side})"
-        print(f"own overhead{label}: {statistics.mean(values) - hollow_mean:.2f} s a round (mean of rounds "
-              f"2..{args.rounds}: Dagster wall {statistics.mean(values) + statistics.mean(cores):.2f} s − core work "
+        own, spread = mean_ci([overhead - hollow for overhead, hollow in zip(values, floor, strict=True)])
+        print(f"own overhead{label}: {own:.2f} s a round (± {spread:.2f}, the 95 % t-interval over rounds "
+              f"2..{args.rounds}, each less its replay and the hollow round beside it; means: Dagster wall {statistics.mean(values) + statistics.mean(cores):.2f} s − core work "
               f"{statistics.mean(cores):.2f} s − hollow round {hollow_mean:.2f} s)")  # fmt: skip
-    print_parts(clock, args.rounds - 1, statistics.mean(walls), hollow_mean, statistics.mean(cores))
+    own_inside = [wall - core - hollow for wall, core, hollow in zip(walls, inside, floor, strict=True)]
+    print_parts(
+        clock, args.rounds - 1, statistics.mean(walls), hollow_mean, statistics.mean(cores), own_inside
+    )
 
 
-def print_parts(clock: PartClock, rounds: int, wall: float, hollow: float, replayed: float) -> None:
+def print_parts(
+    clock: PartClock, rounds: int, wall: float, hollow: float, replayed: float, own_inside: list[float]
+) -> None:
     """The parts' seconds a round inside this code's Dagster rounds, and the own overhead with the core work
-    timed there rather than replayed."""
+    timed there rather than replayed (`own_inside`: a round's, each)."""
     inside = clock.seconds[CORE] / rounds
-    print(f"own overhead, the core work timed inside the round: {wall - inside - hollow:.2f} s a round (Dagster wall "
-          f"{wall:.2f} s − core work {inside:.2f} s − hollow round {hollow:.2f} s; the core replayed: {replayed:.2f} s)")  # fmt: skip
+    own, spread = mean_ci(own_inside)
+    print(f"own overhead, the core work timed inside the round: {own:.2f} s a round (± {spread:.2f}, the same "
+          f"way; means: Dagster wall {wall:.2f} s − core work {inside:.2f} s − hollow round {hollow:.2f} s; the core "
+          f"replayed: {replayed:.2f} s)")  # fmt: skip
     print("  inside the round: " + ", ".join(f"{target.split(':')[1]} {clock.functions[target] / rounds:.2f}"
                                          for target in PARTS[CORE]))  # fmt: skip
     print("where the round's time went, each part outside the others (a round's mean: seconds, calls):")

@@ -11,6 +11,9 @@ def test_the_table_and_its_statistics_by_hand():
     mean, half = mean_ci([0.2, 0.4, 0.6])
     assert mean == pytest.approx(0.4) and half == pytest.approx(4.303 * 0.2 / 3**0.5)  # t(2) · s / √n
     assert mean_ci([0.7]) == (0.7, 0.0)
+    # twelve rounds of a bench: 0.0, 0.1, ..., 1.1, s = √(Σ(x − 0.55)² / 11) = √0.13 = 0.3606, t(11) = 2.201
+    mean, half = mean_ci([i / 10 for i in range(12)])
+    assert mean == pytest.approx(0.55) and half == pytest.approx(2.201 * 0.13**0.5 / 12**0.5)
     results = {
         ("t", "a", s): {"success": [0.0, v / 2, v], "seconds": 10.0, "episodes": 8 + 2 * s, "tokens": 16}
         for s, v in enumerate([0.2, 0.6])
