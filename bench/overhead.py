@@ -23,7 +23,7 @@ of the overhead.
 What is ours is the rest: `own overhead: X s a round`, the mean over the measured rounds of Dagster wall − core
 work − the hollow round's wall (its parts printed beside it), ± the half-width of its 95 % t-interval over those
 rounds: one round's figure moves by tenths of a second with the machine's pace, so a mean over 8 rounds is known to
-about ±0.1 s, and two codes compared by it must differ by more.
+±0.07–0.17 s (2026-11-30), and two codes compared by it must differ by more.
 
 The functions of each part of a round (the core work, the lineage catalog, MLflow, the tables read and written,
 their schema checks, hashing, the charts; `round_parts.PARTS`) are timed inside this code's Dagster rounds too, each
@@ -293,17 +293,15 @@ def main() -> None:
     print(f"Dagster's own floor: a hollow round of the same graph takes {statistics.median(floor):.2f} s (median of "
           f"{len(floor)}), {100 * statistics.median(floor) / statistics.median(walls):.0f} % of this code's median "
           f"round ({statistics.median(walls):.2f} s)")  # fmt: skip
-    hollow_mean = statistics.mean(floor)
+    hollow_mean, core_mean = statistics.mean(floor), statistics.mean(cores)
     for side, values in overheads.items():  # ours: what a round costs beyond its work and Dagster's own run
         label = "" if side == THIS else f" ({side})"
         own, spread = mean_ci([overhead - hollow for overhead, hollow in zip(values, floor, strict=True)])
         print(f"own overhead{label}: {own:.2f} s a round (± {spread:.2f}, the 95 % t-interval over rounds "
-              f"2..{args.rounds}, each less its replay and the hollow round beside it; means: Dagster wall {statistics.mean(values) + statistics.mean(cores):.2f} s − core work "
-              f"{statistics.mean(cores):.2f} s − hollow round {hollow_mean:.2f} s)")  # fmt: skip
+              f"2..{args.rounds}, each less its replay and the hollow round beside it; means: Dagster wall "
+              f"{statistics.mean(values) + core_mean:.2f} s − core work {core_mean:.2f} s − hollow round {hollow_mean:.2f} s)")  # fmt: skip
     own_inside = [wall - core - hollow for wall, core, hollow in zip(walls, inside, floor, strict=True)]
-    print_parts(
-        clock, args.rounds - 1, statistics.mean(walls), hollow_mean, statistics.mean(cores), own_inside
-    )
+    print_parts(clock, args.rounds - 1, statistics.mean(walls), hollow_mean, core_mean, own_inside)
 
 
 def print_parts(
